@@ -1,0 +1,84 @@
+#pragma once
+// The operations the Qwen3.5 forward pass is written against. The model file (engine/qwen35_model)
+// calls only these, so the same layer loop runs on the CPU reference ops and on the CUDA ops, and a
+// debug switch can compare every named intermediate between the two.
+//
+// Activations are [tokens, features] row-major tensors. A batch is several sequences laid end to
+// end (variable length, cu_seqlens style); each sequence owns a state slot that holds its
+// per-layer memory: the KV cache of the full-attention layers, and the conv state and recurrent
+// state of the GDN layers.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace di {
+
+struct SequenceSpan {
+  int64_t first_token = 0;  // row of its first token in the batch
+  int64_t n_tokens = 0;     // tokens of this sequence in this step
+  int64_t n_past = 0;       // tokens already in its state (0 for a fresh prefill)
+  int slot = -1;            // its state slot
+};
+
+struct BatchPlan {
+  std::vector<int32_t> token_ids;    // [N]
+  std::vector<int64_t> positions;    // [N], n_past + index within the sequence
+  std::vector<SequenceSpan> seqs;
+  int64_t n_tokens() const { return int64_t(token_ids.size()); }
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // State slots: one per live sequence, zeroed on allocation.
+  virtual int alloc_slot() = 0;
+  virtual void free_slot(int slot) = 0;
+
+  // x[t] = table[token_ids[t]]                                            -> [N, hidden]
+  virtual Tensor embed(const TensorView& table, const BatchPlan& plan) = 0;
+  // Zero-centred RMSNorm over the last dim: x / rms(x) * (1 + w)           -> shape of x
+  virtual Tensor rms_norm(const Tensor& x, const TensorView& weight, double eps) = 0;
+  // a + b (the residual stream)
+  virtual Tensor add(const Tensor& a, const Tensor& b) = 0;
+  // x @ W^T with W [out, in]                                              -> [N, out]
+  virtual Tensor linear(const Tensor& x, const TensorView& weight) = 0;
+  // rows of x in the given order                                           -> [rows, features]
+  virtual Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) = 0;
+  // silu(gate) * up
+  virtual Tensor swiglu(const Tensor& gate, const Tensor& up) = 0;
+
+  // --- Gated DeltaNet -----------------------------------------------------------------------
+  // Causal depthwise conv over time per channel, left context from the slot's conv state (the last
+  // `kernel` pre-conv inputs), then SiLU; the state is updated to the newest inputs.
+  virtual Tensor gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
+                                 int64_t gdn_layer) = 0;
+  // g = -exp(A_log) * softplus(a + dt_bias) (float32), beta = sigmoid(b)  -> each [N, Hv]
+  virtual void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
+                         Tensor& g, Tensor& beta) = 0;
+  // Splits [Q|K|V], L2-normalises q and k, scales q by dk^-0.5, and runs the gated delta rule from
+  // the slot's recurrent state [Hv, dk, dv] (updated to the final state)  -> [N, Hv*dv]
+  virtual Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& g, const Tensor& beta, const BatchPlan& plan,
+                                int64_t gdn_layer) = 0;
+  // Per value head: norm(o) * w (plain weight) * silu(z)                   -> [N, Hv*dv]
+  virtual Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) = 0;
+
+  // --- Gated full attention -----------------------------------------------------------------
+  // q_proj output [N, Hq*2*D] (per head [q | gate]) -> q [N, Hq*D], gate [N, Hq*D]
+  virtual void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) = 0;
+  // Rotary embedding on the first rotary_dim dims of each head (NeoX halves), in place of q and k.
+  virtual void rope(Tensor& q, Tensor& k, const BatchPlan& plan, int64_t head_dim, int64_t rotary_dim,
+                    double theta) = 0;
+  // Appends k, v to the slot's KV cache and attends causally over it (GQA) -> [N, Hq*D]
+  virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const BatchPlan& plan,
+                           int64_t attn_layer) = 0;
+  // x * sigmoid(gate)
+  virtual Tensor sigmoid_gate(const Tensor& x, const Tensor& gate) = 0;
+
+  // Host copy of a tensor as float32 (for logits and debugging).
+  virtual std::vector<float> to_host(const Tensor& x) = 0;
+};
+
+}  // namespace di

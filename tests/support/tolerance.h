@@ -1,0 +1,105 @@
+#pragma once
+// The one tolerance helper of the numeric tests.
+//
+// Policy: an element passes when |actual - expected| <= atol + rtol * |expected|. NaN or Inf in
+// `actual` where `expected` is finite always fails (poisoned outputs are NaN, so an element the code
+// under test never wrote fails too). Each comparison names its tolerance at the call site, chosen
+// from the table below; a test that needs a new class of tolerance adds a row here with its reason.
+//
+//   kExactF32       0 / 0        the same algorithm in the same order (bitwise)
+//   kF32VsF64       1e-5 / 1e-4  float32 arithmetic against the float64 oracle on O(1) values
+//   kF32Reorder     2e-5 / 2e-4  two float32 algorithms that sum in different orders
+//                                 (chunked vs recurrent delta rule, split vs whole prefill)
+//   kF64Reorder     1e-10 / 1e-9 two float64 algorithms that sum in different orders (the GDN
+//                                 oracle's chunked vs recurrent form, measured near 1e-15): tight
+//                                 enough that a float32 intermediate slipping into the float64
+//                                 oracle (errors near 1e-7) fails
+//   kGoldenF32Logit 2e-3 / 2e-3  CPU engine in float32 against transformers' float32 CPU run
+//                                 (different GEMM blocking and libm; logits are O(10))
+//   kGoldenBf16Logit 0.25 / 0.02 CPU engine emulating bf16 rounding against transformers' bf16 run:
+//                                 one rounding flip at an early bf16 point moves later values by
+//                                 a few bf16 ULPs (1 ULP = 0.0625 at |x| in [8, 16))
+//
+// The report lists the count of failures, the worst element (index, actual, expected, error in
+// units of the allowed error) and the first few failing indices.
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace di::testing {
+
+struct Tolerance {
+  double atol;
+  double rtol;
+  const char* name;
+};
+
+inline constexpr Tolerance kExactF32{0.0, 0.0, "exact"};
+inline constexpr Tolerance kF32VsF64{1e-5, 1e-4, "f32-vs-f64"};
+inline constexpr Tolerance kF32Reorder{2e-5, 2e-4, "f32-reorder"};
+inline constexpr Tolerance kF64Reorder{1e-10, 1e-9, "f64-reorder"};
+inline constexpr Tolerance kGoldenF32Logit{2e-3, 2e-3, "golden-f32-logit"};
+inline constexpr Tolerance kGoldenBf16Logit{0.25, 0.02, "golden-bf16-logit"};
+
+struct CloseReport {
+  int64_t count = 0;
+  int64_t failures = 0;
+  int64_t worst_index = -1;
+  double worst_ratio = 0;  // error / allowed error of the worst element
+  double max_abs_error = 0;
+  std::string first_failures;
+};
+
+template <typename A, typename B>
+CloseReport compare_close(std::span<const A> actual, std::span<const B> expected, Tolerance tol) {
+  CloseReport r;
+  r.count = int64_t(expected.size());
+  if (actual.size() != expected.size()) {
+    r.failures = r.count ? r.count : 1;
+    r.first_failures = "size mismatch: " + std::to_string(actual.size()) + " vs " + std::to_string(expected.size());
+    return r;
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double a = double(actual[i]), e = double(expected[i]);
+    const double allowed = tol.atol + tol.rtol * std::fabs(e);
+    const double err = std::fabs(a - e);
+    bool bad = !std::isfinite(a) && std::isfinite(e);
+    bad = bad || (std::isfinite(e) && !(err <= allowed));
+    if (std::isfinite(err) && err > r.max_abs_error) r.max_abs_error = err;
+    const double ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0.0);
+    if (bad || !std::isfinite(a)) {
+      if (++r.failures <= 5)
+        r.first_failures += " [" + std::to_string(i) + "] " + std::to_string(a) + " vs " + std::to_string(e) + ";";
+    }
+    if (!(ratio <= r.worst_ratio)) {
+      r.worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
+      r.worst_index = int64_t(i);
+    }
+  }
+  return r;
+}
+
+template <typename A, typename B>
+::testing::AssertionResult all_close(const std::vector<A>& actual, const std::vector<B>& expected, Tolerance tol,
+                                     const std::string& what = "") {
+  CloseReport r = compare_close(std::span<const A>(actual), std::span<const B>(expected), tol);
+  if (r.failures == 0 && r.count > 0) return ::testing::AssertionSuccess();
+  if (r.count == 0) return ::testing::AssertionFailure() << what << ": nothing to compare";
+  return ::testing::AssertionFailure() << what << ": " << r.failures << " of " << r.count
+                                       << " elements outside " << tol.name << " (atol " << tol.atol << ", rtol "
+                                       << tol.rtol << "); max abs error " << r.max_abs_error << ", worst at ["
+                                       << r.worst_index << "] at " << r.worst_ratio << "x the allowed error;"
+                                       << r.first_failures;
+}
+
+// Fills with NaN so that any element the code under test does not write fails the comparison.
+template <typename T>
+void poison(std::vector<T>& v) {
+  for (auto& x : v) x = T(NAN);
+}
+
+}  // namespace di::testing
