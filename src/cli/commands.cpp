@@ -147,7 +147,7 @@ void add_score(CLI::App& app) {
   auto* cmd = app.add_subcommand("score", "log-probabilities of a token sequence, and full logits of chosen positions");
   struct Opts {
     ModelOptions model;
-    std::string prompt_ids, out;
+    std::string prompt_ids, out, trace_out;
     std::vector<int64_t> logit_positions;
   };
   auto o = std::make_shared<Opts>();
@@ -156,6 +156,8 @@ void add_score(CLI::App& app) {
   cmd->add_option("--out", o->out, "output JSON file (format in docs/score-format.md)")->required();
   cmd->add_option("--logits-at", o->logit_positions, "positions whose full logits are written (negative counts from the end)")
       ->delimiter(',');
+  cmd->add_option("--trace-out", o->trace_out,
+                  "also write every named intermediate of the forward pass to this JSON file (debugging)");
   g_commands.emplace_back(cmd, [o] {
     const std::vector<int32_t> ids = parse_ids(o->prompt_ids, "--prompt-ids");
     Runner r = open_model(o->model);
@@ -167,8 +169,20 @@ void add_score(CLI::App& app) {
       if (q < 0 || q >= n) fail("--logits-at: position {} is outside the {} prompt positions", p, n);
       positions.push_back(q);
     }
+    nlohmann::json trace = nlohmann::json::object();
+    if (!o->trace_out.empty()) {
+      r.model->observer = [&](const std::string& name, const Tensor& value) {
+        if (name == "logits") return;  // written below at the chosen positions
+        trace[name] = {{"shape", value.shape()}, {"values", r.ops->to_host(value)}};
+      };
+    }
     Sequence seq(*r.model, *r.ops);
     const std::vector<float> logits = seq.feed(ids, /*all_logits=*/true);
+    if (!o->trace_out.empty()) {
+      std::ofstream tout(o->trace_out);
+      tout << trace.dump() << "\n";
+      if (!tout) fail("cannot write {}", o->trace_out);
+    }
     nlohmann::json j;
     j["format"] = "deltainfer-score-v1";
     j["model"] = o->model.model_dir;

@@ -266,7 +266,8 @@ Checkpoint::Checkpoint(const fs::path& dir) {
     }
     for (const std::string& shard : shard_names)
       if (!fs::is_regular_file(dir / shard, ec))
-        fail("checkpoint index {} names shard file {}, which does not exist", ip, (dir / shard).string());
+        fail("checkpoint index {} names shard file {}, which does not exist or is not a regular file", ip,
+             (dir / shard).string());
 
     // Each distinct shard once, in name order (model-00001-of-N, model-00002-of-N, ...).
     std::map<std::string, const SafetensorsFile*> by_shard;

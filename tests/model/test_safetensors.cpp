@@ -56,10 +56,10 @@ std::vector<uint8_t> read_file(const fs::path& path) {
 std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8_t>& data = {},
                               uint64_t header_len_override = UINT64_MAX) {
   uint64_t n = header_len_override == UINT64_MAX ? header.size() : header_len_override;
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) out[i] = uint8_t(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
+  if (!header.empty()) std::memcpy(out.data() + 8, header.data(), header.size());
+  if (!data.empty()) std::memcpy(out.data() + 8 + header.size(), data.data(), data.size());
   return out;
 }
 

@@ -1,8 +1,9 @@
 // CPU reference of the gated delta rule: the recurrent and the chunked form (see ref.h).
 //
-// Both forms loop over value heads outermost. Heads are independent, so they run in parallel
-// (OpenMP); each head's arithmetic is the same whichever thread runs it, so results do not depend
-// on the thread count.
+// Both forms loop over value heads outermost and keep one head's state [dk, dv] hot while they walk
+// its tokens; inner loops run along dv or dk, the contiguous axes. Single-threaded on purpose: the
+// oracle's tests make many small calls, where a parallel region's start-up and spin-waiting cost
+// more than they save (measured on the 2-core CI machine).
 #include "kernels/gdn/ref.h"
 
 #include <algorithm>
@@ -48,7 +49,6 @@ void delta_rule_recurrent(const DeltaRuleShape& shape, const Real* q, const Real
   const int64_t dk = shape.k_dim, dv = shape.v_dim;
   const int64_t group = Hv / Hk;  // value heads per key head
 
-#pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < Hv; ++h) {
     const int64_t kh = h / group;
     Real* S = state + h * dk * dv;  // [dk, dv]
@@ -102,7 +102,6 @@ void delta_rule_chunked(const DeltaRuleShape& shape, const Real* q, const Real* 
   // rows and columns of A are 0, their U, W and V' rows are 0, they add nothing to O or S_next, and
   // their γ equals γ_{L-1} (g = 0), so γ_last is the same. Every sum below therefore has the terms
   // of the padded computation, in the same order, less trailing terms that are exactly zero.
-#pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < Hv; ++h) {
     const int64_t kh = h / group;
     Real* S = state + h * dk * dv;  // [dk, dv], the state entering the current chunk
