@@ -94,6 +94,8 @@ ModelConfig parse_model_config(const json& root, const std::string& source) {
       root["architectures"][0].is_string())
     c.architecture = root["architectures"][0].get<std::string>();
 
+  if (root.contains("model_type") && !root["model_type"].is_null() && !root["model_type"].is_string())
+    fail("{}: field 'model_type' must be a string, found {}", source, root["model_type"].dump());
   const std::string top_type = root.value("model_type", std::string());
   const json* text = &root;
   if (root.contains("text_config")) {
@@ -147,16 +149,24 @@ ModelConfig parse_model_config(const json& root, const std::string& source) {
 
   // Rotary: rope_parameters (transformers 5) or the legacy top-level rope_theta / rope_scaling.
   json rope = json::object();
+  std::string rope_field = "rope_parameters";  // the field that holds them, for messages
   if (r.has("rope_parameters")) {
     rope = r.j.at("rope_parameters");
     if (!rope.is_object()) fail("{} must be an object, found {}", r.where("rope_parameters"), rope.dump());
   } else if (r.has("rope_scaling")) {
+    rope_field = "rope_scaling";
     rope = r.j.at("rope_scaling");
     if (!rope.is_object()) fail("{} must be an object, found {}", r.where("rope_scaling"), rope.dump());
   }
-  const std::string rope_type = rope.value("rope_type", rope.value("type", std::string("default")));
+  std::string rope_type = "default";
+  for (const char* key : {"type", "rope_type"}) {  // rope_type wins when both are given
+    if (!rope.contains(key) || rope.at(key).is_null()) continue;
+    if (!rope.at(key).is_string())
+      fail("{}: {} must be a string, found {}", r.where(rope_field), key, rope.at(key).dump());
+    rope_type = rope.at(key).get<std::string>();
+  }
   if (rope_type != "default")
-    fail("{}: rope_type '{}' is not supported (only 'default')", r.where("rope_parameters"), rope_type);
+    fail("{}: rope_type '{}' is not supported (only 'default')", r.where(rope_field), rope_type);
   c.rope_theta = r.number(rope, "rope_theta", r.number(r.j, "rope_theta", 10000.0));
   c.partial_rotary_factor = r.number(rope, "partial_rotary_factor", r.number(r.j, "partial_rotary_factor", 0.25));
   if (!(c.rope_theta > 0)) fail("{} must be positive, found {}", r.where("rope_theta"), c.rope_theta);

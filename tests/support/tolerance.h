@@ -14,11 +14,17 @@
 //                                 oracle's chunked vs recurrent form, measured near 1e-15): tight
 //                                 enough that a float32 intermediate slipping into the float64
 //                                 oracle (errors near 1e-7) fails
-//   kGoldenF32Logit 2e-3 / 2e-3  CPU engine in float32 against transformers' float32 CPU run
-//                                 (different GEMM blocking and libm; logits are O(10))
-//   kGoldenBf16Logit 0.25 / 0.02 CPU engine emulating bf16 rounding against transformers' bf16 run:
-//                                 one rounding flip at an early bf16 point moves later values by
-//                                 a few bf16 ULPs (1 ULP = 0.0625 at |x| in [8, 16))
+//   kGoldenF32Logit 5e-4 / 5e-5  CPU engine in float32 against transformers' float32 CPU run
+//                                 (other GEMM blocking and libm; logits are O(40); measured max
+//                                 1.3e-4 on the tiny model)
+//   kGoldenBf16Logit 1.25 / 0.01 CPU engine emulating bf16 rounding against transformers' bf16 run.
+//                                 Both round at the same points (a per-layer trace agrees exactly
+//                                 up to the first GEMM), but a float32 sum in another order flips
+//                                 about 0.5% of the bf16 roundings of a 512-long dot product, and
+//                                 each flip spreads: hidden states end a few bf16 ULPs apart, so
+//                                 logit errors are nearly uniform across the vocabulary (measured
+//                                 max 0.94 at the recorded positions, 1.25 at others; mean 0.15).
+//                                 Greedy tokens are then compared by agreement rate, not margin.
 //
 // The report lists the count of failures, the worst element (index, actual, expected, error in
 // units of the allowed error) and the first few failing indices.
@@ -42,8 +48,8 @@ inline constexpr Tolerance kExactF32{0.0, 0.0, "exact"};
 inline constexpr Tolerance kF32VsF64{1e-5, 1e-4, "f32-vs-f64"};
 inline constexpr Tolerance kF32Reorder{2e-5, 2e-4, "f32-reorder"};
 inline constexpr Tolerance kF64Reorder{1e-10, 1e-9, "f64-reorder"};
-inline constexpr Tolerance kGoldenF32Logit{2e-3, 2e-3, "golden-f32-logit"};
-inline constexpr Tolerance kGoldenBf16Logit{0.25, 0.02, "golden-bf16-logit"};
+inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
+inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};
 
 struct CloseReport {
   int64_t count = 0;
@@ -53,6 +59,9 @@ struct CloseReport {
   double max_abs_error = 0;
   std::string first_failures;
 };
+
+// The error a value of magnitude |x| may carry under tol.
+inline double allowed_error(Tolerance tol, double x) { return tol.atol + tol.rtol * std::fabs(x); }
 
 template <typename A, typename B>
 CloseReport compare_close(std::span<const A> actual, std::span<const B> expected, Tolerance tol) {
