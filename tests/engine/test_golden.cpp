@@ -124,12 +124,14 @@ TEST_P(GoldenTest, PrefillLogitsMatch) {
   const auto ref_argmax = run()["argmax"].get<std::vector<int64_t>>();
   const auto ref_margin = run()["argmax_margin"].get<std::vector<double>>();
   const json& ref_logprob = run()["next_token_logprob"];
-  int low_margin = 0, agree = 0;
+  int low_margin = 0, agree = 0, ties = 0;
   std::vector<double> ours_lp, ref_lp;
   for (int64_t t = 0; t < n; ++t) {
     const float* row = logits.data() + t * vocab;
     const int64_t mine = argmax(row, vocab);
-    agree += (mine == ref_argmax[t]);
+    // A margin of exactly 0 is a tie in the reference (common in bf16): its argmax is arbitrary.
+    if (ref_margin[t] == 0) ++ties;
+    else agree += (mine == ref_argmax[t]);
     if (ref_margin[t] > margin_needed(row[mine])) {
       EXPECT_EQ(mine, ref_argmax[t]) << "argmax at position " << t << " (reference margin " << ref_margin[t] << ")";
     } else {
@@ -147,9 +149,10 @@ TEST_P(GoldenTest, PrefillLogitsMatch) {
     }
   }
   if (!ours_lp.empty()) EXPECT_TRUE(testing::all_close(ours_lp, ref_lp, tol_, "next-token log-probabilities"));
-  std::printf("[ golden ] %s/%s: %lld positions, %d below the margin; argmax agrees at %d\n",
-              GetParam().precision.c_str(), GetParam().prompt.c_str(), (long long)n, low_margin, agree);
-  EXPECT_GE(agree, 0.9 * double(n)) << "argmax agreement with transformers over the prompt";
+  std::printf("[ golden ] %s/%s: %lld positions, %d below the margin; argmax agrees at %d of the %lld without a tie\n",
+              GetParam().precision.c_str(), GetParam().prompt.c_str(), (long long)n, low_margin, agree,
+              (long long)(n - ties));
+  EXPECT_GE(agree, 0.9 * double(n - ties)) << "argmax agreement with transformers over the prompt";
 }
 
 TEST_P(GoldenTest, GreedyStepsMatchUnderTeacherForcing) {
