@@ -46,6 +46,8 @@ struct Reader {
     }
     const json& v = j.at(key);
     if (!v.is_number_integer()) fail("{} must be an integer, found {}", where(key), v.dump());
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      fail("{} is out of range, found {}", where(key), v.dump());
     return v.get<int64_t>();
   }
   int64_t positive(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const {

@@ -1,2 +1,91 @@
 #!/usr/bin/env bash
-exit 1
+# The deltainfer command line end to end: make-tiny-model, inspect, generate, score, version, and
+# the errors a user meets (bad ids, missing model, corrupt checkpoint, bad options).
+# usage: test_cli.sh DELTAINFER_BINARY WORK_DIR
+set -euo pipefail
+bin=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+pass() { echo "ok   - $1"; }
+bad() { echo "FAIL - $1"; failures=$((failures + 1)); }
+
+# expect_fail NAME PATTERN CMD...: the command must exit non-zero and print PATTERN on stderr.
+expect_fail() {
+  local name=$1 pattern=$2
+  shift 2
+  if "$@" >"$work/out" 2>"$work/err"; then
+    bad "$name: succeeded but should have failed"
+  elif ! grep -q -- "$pattern" "$work/err"; then
+    bad "$name: error does not mention '$pattern': $(tail -1 "$work/err")"
+  elif grep -q -i -E "segmentation|core dumped|terminate called" "$work/err"; then
+    bad "$name: crashed: $(tail -1 "$work/err")"
+  else
+    pass "$name"
+  fi
+}
+
+model="$work/tiny"
+"$bin" make-tiny-model "$model" --seed 7 2>/dev/null && pass "make-tiny-model" || bad "make-tiny-model"
+"$bin" make-tiny-model "$work/tiny-again" --seed 7 2>/dev/null
+cmp -s "$model/model.safetensors" "$work/tiny-again/model.safetensors" && pass "make-tiny-model is deterministic" \
+  || bad "make-tiny-model is deterministic"
+"$bin" make-tiny-model "$work/tiny-other" --seed 8 2>/dev/null
+cmp -s "$model/model.safetensors" "$work/tiny-other/model.safetensors" && bad "another seed gives other weights" \
+  || pass "another seed gives other weights"
+
+"$bin" inspect "$model" >"$work/inspect" 2>/dev/null
+grep -q "GGGAGGGA" "$work/inspect" && grep -q "model.embed_tokens.weight" "$work/inspect" && pass "inspect" || bad "inspect"
+"$bin" inspect --json "$model" 2>/dev/null | python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+assert j['layers'] == 8 and j['gdn_layers'] == 6 and j['attention_layers'] == 2, j
+assert j['parameters'] > 17_000_000, j
+" && pass "inspect --json" || bad "inspect --json"
+
+out=$("$bin" generate --model "$model" --prompt-ids 1,2,3,4,5 --max-tokens 12 2>/dev/null)
+n=$(echo "$out" | tr ',' '\n' | grep -c -E '^[0-9]+$' || true)
+[ "$n" = 12 ] && pass "generate streams 12 token ids" || bad "generate printed '$out'"
+again=$("$bin" generate --model "$model" --prompt-ids 1,2,3,4,5 --max-tokens 12 --prefill-chunk 2 --precision bf16 2>/dev/null)
+[ "$out" = "$again" ] && pass "generate: chunked prefill gives the same greedy tokens" || bad "chunked prefill changed tokens: $again"
+s1=$("$bin" generate --model "$model" --prompt-ids 9,8,7 --max-tokens 10 --temperature 0.8 --top-p 0.9 --seed 3 2>/dev/null)
+s2=$("$bin" generate --model "$model" --prompt-ids 9,8,7 --max-tokens 10 --temperature 0.8 --top-p 0.9 --seed 3 2>/dev/null)
+[ "$s1" = "$s2" ] && pass "seeded sampling is reproducible" || bad "seeded sampling differs: $s1 vs $s2"
+
+"$bin" score --model "$model" --prompt-ids 5,6,7,8,9,10 --logits-at 0,-1 --out "$work/score.json" 2>/dev/null
+python3 - "$work/score.json" <<'PY' && pass "score writes log-probs and logits" || bad "score output"
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "deltainfer-score-v1"
+assert j["logprobs"][0] is None and len(j["logprobs"]) == 6
+assert all(lp < 0 and math.isfinite(lp) for lp in j["logprobs"][1:])
+assert [r["position"] for r in j["logits"]] == [0, 5]
+row = j["logits"][1]["values"]
+assert len(row) == 248320
+assert max(range(len(row)), key=row.__getitem__) == j["argmax"][5]
+PY
+
+"$bin" version --json | python3 -c "import json,sys; j=json.load(sys.stdin); assert len(j['commit']) in (7, 40) or j['commit']=='unknown'" \
+  && pass "version --json" || bad "version --json"
+
+# Errors: each names what was wrong, and nothing crashes.
+expect_fail "missing model dir" "no such file" "$bin" generate --model "$work/nope" --prompt-ids 1
+expect_fail "bad token id" "'x' is not an integer" "$bin" generate --model "$model" --prompt-ids 1,x,3
+expect_fail "id outside the vocabulary" "outside the vocabulary" "$bin" generate --model "$model" --prompt-ids 1,248320
+expect_fail "negative top-p" "top_p" "$bin" generate --model "$model" --prompt-ids 1 --temperature 1 --top-p -1
+expect_fail "unknown precision" "precision" "$bin" generate --model "$model" --prompt-ids 1 --precision f16
+expect_fail "unknown preset" "unknown preset" "$bin" make-tiny-model "$work/x" --preset huge
+expect_fail "logits position outside" "outside the" "$bin" score --model "$model" --prompt-ids 1,2 --logits-at 5 --out "$work/s.json"
+
+cp -r "$model" "$work/truncated"
+truncate -s 1000000 "$work/truncated/model.safetensors"
+expect_fail "truncated checkpoint" "model.safetensors" "$bin" generate --model "$work/truncated" --prompt-ids 1
+cp -r "$model" "$work/badconfig"
+sed -i 's/"hidden_act": "silu"/"hidden_act": "gelu"/' "$work/badconfig/config.json"
+expect_fail "unsupported config value" "hidden_act" "$bin" inspect "$work/badconfig"
+cp -r "$model" "$work/garbage"
+head -c 4096 /dev/urandom >"$work/garbage/model.safetensors"
+expect_fail "garbage checkpoint" "model.safetensors" "$bin" inspect "$work/garbage"
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

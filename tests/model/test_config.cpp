@@ -490,6 +490,12 @@ TEST(ModelConfig, RejectsNegativeIntermediateSize) {
   EXPECT_TRUE(rejects(j, {"intermediate_size", "0", "positive"}));
 }
 
+TEST(ModelConfig, RejectsIntegerOutOfRange) {
+  json j = flat_4b();
+  j["hidden_size"] = uint64_t(18446744073709551615ull);  // would wrap to -1 as int64
+  EXPECT_TRUE(rejects(j, {"hidden_size", "18446744073709551615"}));
+}
+
 TEST(ModelConfig, RejectsMissingHiddenSize) {
   json j = flat_4b();
   j.erase("hidden_size");
