@@ -72,6 +72,8 @@ struct GoldenCase {
   std::string prompt;     // "short" or "long"
 };
 
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.precision << " " << c.prompt; }
+
 std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) {
   return info.param.precision + "_" + info.param.prompt;
 }

@@ -192,6 +192,12 @@ struct SweepCase {
   bool with_state;
 };
 
+// Readable test parameters in CTest names and failure messages.
+void PrintTo(const SweepCase& c, std::ostream* os) {
+  *os << "T=" << c.T << " Hk=" << c.Hk << " Hv=" << c.Hv << " dk=" << c.dk << " dv=" << c.dv
+      << (c.with_state ? " with initial state" : " zero initial state");
+}
+
 std::string case_name(const ::testing::TestParamInfo<SweepCase>& info) {
   const SweepCase& c = info.param;
   return fmt::format("T{}_Hk{}_Hv{}_dk{}_dv{}_{}", c.T, c.Hk, c.Hv, c.dk, c.dv, c.with_state ? "state" : "zero");
@@ -202,7 +208,7 @@ std::vector<SweepCase> sweep_cases() {
   for (int64_t T : {1, 2, 63, 64, 65, 127, 128, 1000})
     for (int64_t Hv : {2, 4, 6})
       for (bool with_state : {false, true}) cases.push_back({T, 2, Hv, 32, 20, with_state});
-  // The real head dims: the 4B's GDN heads (16 key, 48 value heads, ratio 3), and a long sequence.
+  // Real head dims: 16 key / 48 value heads of 128 as in the 27B (ratio 3), and a long sequence.
   cases.push_back({65, 16, 48, 128, 128, true});
   cases.push_back({1000, 2, 4, 128, 128, true});
   return cases;

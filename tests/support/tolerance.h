@@ -18,6 +18,19 @@
 //                                 orders: each logit is a 64-long dot product of a final state
 //                                 that went through 8 layers of O(10) residuals, so the reorder
 //                                 noise is absolute across the vocabulary (measured max 9e-5)
+//   kF32DotVsF64    2e-6·√K / 1e-4  a float32 dot product of K zero-mean O(1) products (ref::linear)
+//                                 against the float64 oracle. The rounding error follows the partial
+//                                 sums, which grow like √K, so an output near zero can carry more
+//                                 than kF32VsF64's atol once K is in the hundreds. The atol is given
+//                                 per √K and the call site multiplies it by √K (6.3e-5 at K = 1000).
+//   kF32RopeAngle   6e-7·pos / 1e-4  float32 RoPE against a float64 rotation by the exact angle
+//                                 pos · theta^(-2i/rotary_dim). Like transformers, the op rounds
+//                                 2i/rotary_dim, theta^(...) and its inverse, and pos · inv_freq to
+//                                 float32: an angle error up to about 4.4 · 2^-24 · pos radians, times
+//                                 a pair norm <= √2 for components in [-1, 1]. The atol is given per
+//                                 unit of position and the call site multiplies it by max(1, pos)
+//                                 (0.18 at position 300000, where one float32 ulp of the angle is
+//                                 2^-5).
 //   kGoldenF32Logit 5e-4 / 5e-5  CPU engine in float32 against transformers' float32 CPU run
 //                                 (other GEMM blocking and libm; logits are O(40); measured max
 //                                 1.3e-4 on the tiny model)
@@ -53,6 +66,8 @@ inline constexpr Tolerance kF32VsF64{1e-5, 1e-4, "f32-vs-f64"};
 inline constexpr Tolerance kF32Reorder{2e-5, 2e-4, "f32-reorder"};
 inline constexpr Tolerance kF64Reorder{1e-10, 1e-9, "f64-reorder"};
 inline constexpr Tolerance kF32ReorderLogit{3e-4, 1e-4, "f32-reorder-logit"};
+inline constexpr Tolerance kF32DotVsF64{2e-6, 1e-4, "f32-dot-vs-f64 (atol per sqrt(K))"};
+inline constexpr Tolerance kF32RopeAngle{6e-7, 1e-4, "f32-rope-angle (atol per position)"};
 inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
 inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};
 
