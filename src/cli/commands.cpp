@@ -26,8 +26,6 @@ namespace di::cli {
 
 namespace {
 
-std::vector<std::pair<CLI::App*, std::function<void()>>> g_commands;
-
 std::vector<int32_t> parse_ids(const std::string& text, const char* option) {
   std::vector<int32_t> ids;
   std::stringstream in(text);
@@ -93,7 +91,7 @@ Runner open_model(const ModelOptions& o) {
   return r;
 }
 
-void add_generate(CLI::App& app) {
+Command add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "continue a prompt, streaming token ids to stdout");
   struct Opts {
     ModelOptions model;
@@ -114,7 +112,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "prefill the prompt in pieces of this many tokens (0: whole)")
       ->capture_default_str();
-  g_commands.emplace_back(cmd, [o] {
+  return Command{cmd, [o] {
     const std::vector<int32_t> prompt = parse_ids(o->prompt_ids, "--prompt-ids");
     GenerateOptions g;
     g.max_tokens = o->max_tokens;
@@ -132,7 +130,7 @@ void add_generate(CLI::App& app) {
       first = false;
     });
     std::printf("\n");
-  });
+  }};
 }
 
 double log_softmax_at(const float* logits, int64_t vocab, int64_t index) {
@@ -143,7 +141,7 @@ double log_softmax_at(const float* logits, int64_t vocab, int64_t index) {
   return double(logits[index]) - best - std::log(sum);
 }
 
-void add_score(CLI::App& app) {
+Command add_score(CLI::App& app) {
   auto* cmd = app.add_subcommand("score", "log-probabilities of a token sequence, and full logits of chosen positions");
   struct Opts {
     ModelOptions model;
@@ -158,7 +156,7 @@ void add_score(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--trace-out", o->trace_out,
                   "also write every named intermediate of the forward pass to this JSON file (debugging)");
-  g_commands.emplace_back(cmd, [o] {
+  return Command{cmd, [o] {
     const std::vector<int32_t> ids = parse_ids(o->prompt_ids, "--prompt-ids");
     Runner r = open_model(o->model);
     const int64_t vocab = r.loaded.config.vocab_size, n = int64_t(ids.size());
@@ -206,16 +204,16 @@ void add_score(CLI::App& app) {
     out << j.dump() << "\n";
     if (!out) fail("cannot write {}", o->out);
     spdlog::info("wrote {} ({} positions, {} full logit rows)", o->out, n, positions.size());
-  });
+  }};
 }
 
-void add_inspect(CLI::App& app) {
+Command add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "configuration summary, parameter count and tensor table of a model directory");
   auto dir = std::make_shared<std::string>();
   auto json_out = std::make_shared<bool>(false);
   cmd->add_option("dir", *dir, "model directory")->required();
   cmd->add_flag("--json", *json_out, "print the summary as JSON");
-  g_commands.emplace_back(cmd, [dir, json_out] {
+  return Command{cmd, [dir, json_out] {
     LoadedModel m = load_model(*dir);
     const ModelConfig& c = m.config;
     if (*json_out) {
@@ -250,10 +248,10 @@ void add_inspect(CLI::App& app) {
     for (const auto& [name, loc] : m.checkpoint->tensors())
       std::printf("%-72s %-6s %s\n", name.c_str(), std::string(dtype_name(loc.entry->view.dtype)).c_str(),
                   shape_str(loc.entry->view.shape).c_str());
-  });
+  }};
 }
 
-void add_make_tiny_model(CLI::App& app) {
+Command add_make_tiny_model(CLI::App& app) {
   auto* cmd = app.add_subcommand("make-tiny-model", "write a deterministic random-weight Qwen3.5 checkpoint in Hugging Face layout");
   auto o = std::make_shared<TinyModelOptions>();
   auto dir = std::make_shared<std::string>();
@@ -262,17 +260,17 @@ void add_make_tiny_model(CLI::App& app) {
   cmd->add_option("--preset", o->preset, "tiny or 4b-geometry")->capture_default_str();
   cmd->add_option("--layers", o->layers, "layer count (default: the preset's)");
   cmd->add_flag("--nested", o->nested, "write the Qwen3_5ForConditionalGeneration form (model.language_model.*)");
-  g_commands.emplace_back(cmd, [o, dir] {
+  return Command{cmd, [o, dir] {
     write_tiny_model(*dir, *o);
     spdlog::info("wrote {} (preset {}, seed {})", *dir, o->preset, o->seed);
-  });
+  }};
 }
 
-void add_version(CLI::App& app) {
+Command add_version(CLI::App& app) {
   auto* cmd = app.add_subcommand("version", "build provenance");
   auto json_out = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json_out, "print as JSON");
-  g_commands.emplace_back(cmd, [json_out] {
+  return Command{cmd, [json_out] {
     const BuildInfo& b = build_info();
     if (*json_out) {
       std::printf("%s\n", build_info_json().c_str());
@@ -280,23 +278,13 @@ void add_version(CLI::App& app) {
     }
     std::printf("deltainfer %s\ncommit %s%s\ncuda %s (archs %s, nvcc %s)\ncompiler %s\n", DI_VERSION, b.commit,
                 b.dirty ? " (dirty)" : "", b.cuda ? "yes" : "no", b.cuda_archs, b.nvcc_version, b.cxx_compiler);
-  });
+  }};
 }
 
 }  // namespace
 
-void register_commands(CLI::App& app) {
-  add_generate(app);
-  add_score(app);
-  add_inspect(app);
-  add_make_tiny_model(app);
-  add_version(app);
-}
-
-void run_selected(CLI::App& app) {
-  for (auto& [cmd, run] : g_commands)
-    if (cmd->parsed()) return run();
-  fail("no subcommand given (see --help)");
+std::vector<Command> register_commands(CLI::App& app) {
+  return {add_generate(app), add_score(app), add_inspect(app), add_make_tiny_model(app), add_version(app)};
 }
 
 }  // namespace di::cli

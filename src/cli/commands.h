@@ -1,8 +1,18 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <vector>
+
 namespace di::cli {
-// Adds every subcommand to the app; run_selected runs the one the command line chose.
-void register_commands(CLI::App& app);
-void run_selected(CLI::App& app);
+
+// A subcommand and what it does once its options are parsed.
+struct Command {
+  CLI::App* app;
+  std::function<void()> run;
+};
+
+// Adds every subcommand to the app.
+std::vector<Command> register_commands(CLI::App& app);
+
 }  // namespace di::cli

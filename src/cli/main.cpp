@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
-  di::cli::register_commands(app);
+  const std::vector<di::cli::Command> commands = di::cli::register_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   }
   try {
     di::init_logging(log_level);
-    di::cli::run_selected(app);
+    for (const auto& command : commands)
+      if (command.app->parsed()) command.run();
   } catch (const di::Error& e) {
     std::fprintf(stderr, "deltainfer: error: %s\n", e.what());
     return 1;
