@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/seed.h"
 #include "support/tolerance.h"
 
 namespace di::gdn_ref {
@@ -33,12 +34,8 @@ using di::testing::kF64Reorder;
 using di::testing::poison;
 using di::testing::Tolerance;
 
-uint32_t fresh_seed() {
-  if (const char* s = std::getenv("DI_TEST_SEED")) return uint32_t(std::stoul(s));
-  return std::random_device{}();
-}
-
-std::string seed_trace(uint32_t seed) { return fmt::format("seed {} (replay with DI_TEST_SEED={})", seed, seed); }
+using di::testing::fresh_seed;
+using di::testing::seed_trace;
 
 // One sequence's inputs in float64, every value rounded to float32 first, so that the float32 and
 // float64 runs see exactly the same numbers and only their arithmetic differs.

@@ -16,9 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 
 namespace di {
 namespace {
+
+using di::testing::throws_error_with;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -113,23 +116,6 @@ void expect_4b_values(const ModelConfig& c) {
   EXPECT_EQ(c.gdn_value_dim(), 4096);
   EXPECT_EQ(c.gdn_conv_dim(), 8192);
   EXPECT_TRUE(c.eos_token_ids.empty());  // null in the file
-}
-
-// Runs fn and checks that it throws di::Error whose message holds every one of `words`.
-template <typename Fn>
-::testing::AssertionResult throws_error_with(Fn&& fn, std::initializer_list<std::string> words) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& w : words)
-      if (msg.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "error message lacks \"" << w << "\": " << msg;
-    return ::testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-di::Error exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "no exception was thrown";
 }
 
 // Parsing `j` fails with a di::Error naming the source and every one of `words`.

@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "support/expect_error.h"
 
 namespace di {
 namespace {
+
+using di::testing::throws_error_with;
 
 namespace fs = std::filesystem;
 
@@ -61,23 +64,6 @@ std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8
   if (!header.empty()) std::memcpy(out.data() + 8, header.data(), header.size());
   if (!data.empty()) std::memcpy(out.data() + 8 + header.size(), data.data(), data.size());
   return out;
-}
-
-// Runs fn and checks that it throws di::Error whose message holds every one of `words`.
-template <typename Fn>
-::testing::AssertionResult throws_error_with(Fn&& fn, std::initializer_list<std::string> words) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const std::string& w : words)
-      if (msg.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "error message lacks \"" << w << "\": " << msg;
-    return ::testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-di::Error exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "no exception was thrown";
 }
 
 // Each test gets a fresh directory of its own under the system temp directory.

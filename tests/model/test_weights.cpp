@@ -22,9 +22,12 @@
 #include "core/error.h"
 #include "model/safetensors.h"
 #include "model/tiny_model.h"
+#include "support/expect_error.h"
 
 namespace di {
 namespace {
+
+using di::testing::throws_error_with;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -157,23 +160,6 @@ int64_t expected_parameter_count(const ModelConfig& c) {
   int64_t n = 0;
   for (const ExpectedTensor& e : expected_tensors(c, "")) n += shape_numel(e.shape);
   return n;
-}
-
-// Runs fn and checks that it throws di::Error whose message holds every one of `words`.
-template <typename Fn>
-::testing::AssertionResult throws_error_with(Fn&& fn, std::initializer_list<std::string> words) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& w : words)
-      if (msg.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "error message lacks \"" << w << "\": " << msg;
-    return ::testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-di::Error exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "no exception was thrown";
 }
 
 TinyModelOptions tiny(uint64_t seed, bool nested = false) {
