@@ -9,10 +9,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
+
+#include "support/seed.h"
 
 namespace di {
 namespace {
@@ -20,12 +21,8 @@ namespace {
 float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
 uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
 
-uint32_t fresh_seed() {
-  if (const char* s = std::getenv("DI_TEST_SEED")) return uint32_t(std::stoul(s));
-  return std::random_device{}();
-}
-
-std::string seed_trace(uint32_t seed) { return fmt::format("seed {} (replay with DI_TEST_SEED={})", seed, seed); }
+using di::testing::fresh_seed;
+using di::testing::seed_trace;
 
 bool is_bf16_nan(uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0; }
 bool is_bf16_quiet_nan(uint16_t b) { return is_bf16_nan(b) && (b & 0x0040u) != 0; }

@@ -1,8 +1,8 @@
 // Tests of host token sampling (kernels/sampling/ref.h): greedy and its tie rule, seeding, the
 // truncations (top-k, top-p, min-p) and their degenerate settings, the sampled frequencies against
 // softmax(logits / T), and parameter validation.
-// Draws use fresh seeds each run; the seed is printed with every failure, and the environment
-// variable DI_TEST_SEED replays it.
+// Draws use fresh seeds each run (except the frequency tests, see frequency_seed); the seed is
+// printed with every failure, and the environment variable DI_TEST_SEED replays it.
 #include "kernels/sampling/ref.h"
 
 #include <fmt/format.h>
@@ -20,16 +20,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/expect_error.h"
+#include "support/seed.h"
 
 namespace di {
 namespace {
 
-uint32_t fresh_seed() {
-  if (const char* s = std::getenv("DI_TEST_SEED")) return uint32_t(std::stoul(s));
-  return std::random_device{}();
-}
-
-std::string seed_trace(uint32_t seed) { return fmt::format("seed {} (replay with DI_TEST_SEED={})", seed, seed); }
+using di::testing::fresh_seed;
+using di::testing::seed_trace;
 
 SamplingParams with_temperature(float t) {
   SamplingParams s;
@@ -258,6 +256,15 @@ TEST(Sampling, MinPExcludesTokensBelowMinPTimesPMax) {
   }
 }
 
+// The generator seed of the frequency tests: fixed unless DI_TEST_SEED is set. With fresh seeds,
+// the twelve four-standard-error bounds below would fail together about once in a thousand runs
+// by chance alone (measured: 1 in 1000); mt19937_64 is fully specified, so a fixed seed gives the
+// same draws everywhere.
+uint32_t frequency_seed() {
+  if (const char* s = std::getenv("DI_TEST_SEED")) return uint32_t(std::stoul(s));
+  return 20240607u;
+}
+
 // Checks frequencies of n draws against probabilities: each within 4 standard errors.
 void expect_frequencies(const std::vector<int64_t>& count, const std::vector<double>& p, int n) {
   for (size_t i = 0; i < p.size(); ++i) {
@@ -269,7 +276,7 @@ void expect_frequencies(const std::vector<int64_t>& count, const std::vector<dou
 }
 
 TEST(Sampling, FrequenciesMatchSoftmax) {
-  const uint32_t seed = fresh_seed();
+  const uint32_t seed = frequency_seed();
   SCOPED_TRACE(seed_trace(seed));
   std::mt19937_64 rng(seed);
   const std::vector<float> logits{0.5f, -0.3f, 1.2f, 0.0f};
@@ -279,7 +286,7 @@ TEST(Sampling, FrequenciesMatchSoftmax) {
 }
 
 TEST(Sampling, LowerTemperatureSharpens) {
-  const uint32_t seed = fresh_seed();
+  const uint32_t seed = frequency_seed();
   SCOPED_TRACE(seed_trace(seed));
   std::mt19937_64 rng(seed);
   const std::vector<float> logits{0.5f, -0.3f, 1.2f, 0.0f};
@@ -297,14 +304,7 @@ TEST(Sampling, LowerTemperatureSharpens) {
 
 // validate() throws di::Error whose message names the field.
 void expect_rejected(const SamplingParams& s, const std::string& field) {
-  try {
-    validate(s);
-    ADD_FAILURE() << "validate accepted a bad " << field;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << "message: " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a di::Error: " << e.what();
-  }
+  EXPECT_TRUE(di::testing::throws_error_with([&] { validate(s); }, {field})) << "a bad " << field;
 }
 
 TEST(Sampling, ValidateRejectsBadParameters) {

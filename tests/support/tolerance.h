@@ -31,6 +31,9 @@
 //                                 unit of position and the call site multiplies it by max(1, pos)
 //                                 (0.18 at position 300000, where one float32 ulp of the angle is
 //                                 2^-5).
+//   kBf16OneRounding 0 / 4e-3    a float32 result rounded once to bf16 against the float64 oracle:
+//                                 half a bf16 ulp is at most 2^-8 = 3.9e-3 of the value, plus the
+//                                 float32 error below it
 //   kGoldenF32Logit 5e-4 / 5e-5  CPU engine in float32 against transformers' float32 CPU run
 //                                 (other GEMM blocking and libm; logits are O(40); measured max
 //                                 1.3e-4 on the tiny model)
@@ -68,6 +71,7 @@ inline constexpr Tolerance kF64Reorder{1e-10, 1e-9, "f64-reorder"};
 inline constexpr Tolerance kF32ReorderLogit{3e-4, 1e-4, "f32-reorder-logit"};
 inline constexpr Tolerance kF32DotVsF64{2e-6, 1e-4, "f32-dot-vs-f64 (atol per sqrt(K))"};
 inline constexpr Tolerance kF32RopeAngle{6e-7, 1e-4, "f32-rope-angle (atol per position)"};
+inline constexpr Tolerance kBf16OneRounding{0.0, 4e-3, "bf16-one-rounding"};
 inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
 inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};
 

@@ -12,7 +12,7 @@ void causal_conv1d_silu(const float* x, int64_t n, int64_t C, int64_t K, const T
     std::vector<float> ctx(size_t(K + n));  // [state (K) | x (n)] of channel c
     for (int64_t j = 0; j < K; ++j) ctx[j] = state[c * K + j];
     for (int64_t t = 0; t < n; ++t) ctx[K + t] = x[t * C + c];
-    float wc[16];
+    std::vector<float> wc(static_cast<size_t>(K));  // any K (a fixed float[16] overflowed for K > 16)
     for (int64_t j = 0; j < K; ++j) wc[j] = weight_at(w, c * K + j, p);
     for (int64_t t = 0; t < n; ++t) {
       // Output t sees the K inputs ending at itself: ctx[t + 1 .. t + K].
