@@ -15,4 +15,14 @@ struct Command {
 // Adds every subcommand to the app.
 std::vector<Command> register_commands(CLI::App& app);
 
+// One per subcommand (generate.cpp, score.cpp, tokenize.cpp, model_tools.cpp).
+Command add_generate(CLI::App& app);
+Command add_chat(CLI::App& app);
+Command add_score(CLI::App& app);
+Command add_tokenize(CLI::App& app);
+Command add_detokenize(CLI::App& app);
+Command add_inspect(CLI::App& app);
+Command add_make_tiny_model(CLI::App& app);
+Command add_version(CLI::App& app);
+
 }  // namespace di::cli

@@ -138,6 +138,15 @@ void write_tiny_model(const std::filesystem::path& dir, const TinyModelOptions& 
     tensors.push_back(make_tensor("model.visual.patch_embed.proj.weight", {16, 3, 2, 2, 2}, rng));
   }
   write_safetensors(dir / "model.safetensors", tensors);
+  if (!o.tokenizer_dir.empty()) {
+    if (!std::filesystem::exists(o.tokenizer_dir / "tokenizer.json"))
+      fail("make-tiny-model: no tokenizer.json in {} (scripts/setup.sh builds the Qwen3.5 tokenizer files there)",
+           o.tokenizer_dir.string());
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+      if (std::filesystem::exists(o.tokenizer_dir / name))
+        std::filesystem::copy_file(o.tokenizer_dir / name, dir / name,
+                                   std::filesystem::copy_options::overwrite_existing);
+  }
   const std::string text = model_config_to_hf_json(c, o.nested).dump(2) + "\n";
   std::ofstream out(dir / "config.json");
   out << text;

@@ -164,6 +164,7 @@ ModelWeights bind_weights(const ModelConfig& c, const Checkpoint& ckpt, const st
 
 LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   LoadedModel m;
+  m.dir = dir;
   m.config = load_model_config(dir);
   m.checkpoint = std::make_unique<Checkpoint>(dir);
   m.weights = bind_weights(m.config, *m.checkpoint, dir.string());

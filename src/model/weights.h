@@ -61,6 +61,7 @@ struct ModelWeights {
 
 // A loaded model: config, mapped checkpoint, and views into it.
 struct LoadedModel {
+  std::filesystem::path dir;
   ModelConfig config;
   std::unique_ptr<Checkpoint> checkpoint;
   ModelWeights weights;

@@ -87,5 +87,44 @@ cp -r "$model" "$work/garbage"
 head -c 4096 /dev/urandom >"$work/garbage/model.safetensors"
 expect_fail "garbage checkpoint" "model.safetensors" "$bin" inspect "$work/garbage"
 
+# Text in and out: the tokenizer files make-tiny-model copied from the build's tokenizer directory.
+if [ -f "$model/tokenizer.json" ] && [ -f "$model/tokenizer_config.json" ]; then pass "make-tiny-model copies the tokenizer"
+else bad "make-tiny-model copies the tokenizer"; fi
+ids=$("$bin" tokenize --model "$model" "Hello world, 你好 😊" 2>/dev/null)
+[ "$ids" = "$(printf '%s' "Hello world, 你好 😊" | "$bin" tokenize --model "$model" 2>/dev/null)" ] \
+  && pass "tokenize: argument and stdin agree" || bad "tokenize: argument '$ids' vs stdin"
+text=$("$bin" detokenize --model "$model" --ids "$ids" 2>/dev/null)
+[ "$text" = "Hello world, 你好 😊" ] && pass "detokenize inverts tokenize" || bad "detokenize gave '$text'"
+[ "$("$bin" tokenize --model "$model" "<|im_start|>user" 2>/dev/null)" = "248045,846" ] \
+  && pass "tokenize recognises special tokens" || bad "special tokens not recognised"
+[ "$("$bin" tokenize --model "$model" --no-special "<|im_start|>" 2>/dev/null | tr ',' '\n' | grep -c .)" -gt 1 ] \
+  && pass "tokenize --no-special encodes them as text" || bad "--no-special"
+[ "$("$bin" detokenize --model "$model" --ids 248045,846 --skip-special 2>/dev/null)" = "user" ] \
+  && pass "detokenize --skip-special" || bad "detokenize --skip-special"
+
+by_text=$("$bin" generate --model "$model" --prompt "Hello world" --max-tokens 6 --print-ids 2>/dev/null)
+by_ids=$("$bin" generate --model "$model" --prompt-ids "$("$bin" tokenize --model "$model" "Hello world" 2>/dev/null)" --max-tokens 6 2>/dev/null)
+[ -n "$by_text" ] && [ "$by_text" = "$by_ids" ] && pass "generate --prompt equals generate --prompt-ids of its tokens" \
+  || bad "generate --prompt '$by_text' vs ids '$by_ids'"
+streamed=$("$bin" generate --model "$model" --prompt "Hello world" --max-tokens 6 2>/dev/null)
+decoded=$("$bin" detokenize --model "$model" --ids "$by_text" --skip-special 2>/dev/null)
+[ "$streamed" = "$decoded" ] && pass "generate streams the decoded text" || bad "streamed '$streamed' vs '$decoded'"
+chat_ids=$("$bin" generate --model "$model" --prompt "Hi" --chat --no-thinking --max-tokens 4 --print-ids 2>/dev/null)
+printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' >"$work/chat_prompt.txt"
+templ_ids=$("$bin" generate --model "$model" --prompt-ids "$("$bin" tokenize --model "$model" <"$work/chat_prompt.txt" 2>/dev/null)" --max-tokens 4 2>/dev/null)
+[ -n "$chat_ids" ] && [ "$chat_ids" = "$templ_ids" ] && pass "generate --chat renders the chat format" \
+  || bad "generate --chat '$chat_ids' vs template '$templ_ids'"
+lines=$(printf 'hello there\n/reset\nsecond turn\n' | "$bin" chat --model "$model" --max-tokens 5 2>"$work/chat.err" | wc -l)
+[ "$lines" = 2 ] && pass "chat answers each turn" || bad "chat printed $lines lines: $(tail -2 "$work/chat.err")"
+
+"$bin" make-tiny-model "$work/no-tok" --no-tokenizer 2>/dev/null
+expect_fail "text prompt without a tokenizer" "tokenizer.json" "$bin" generate --model "$work/no-tok" --prompt "hi"
+expect_fail "detokenize id out of range" "248320" "$bin" detokenize --model "$model" --ids 5,248320
+cp -r "$model" "$work/badtok"
+head -c 100000 "$model/tokenizer.json" >"$work/badtok/tokenizer.json"
+expect_fail "truncated tokenizer.json" "tokenizer.json" "$bin" tokenize --model "$work/badtok" "hi"
+printf 'a\xff\xfeb' >"$work/invalid.txt"
+expect_fail "invalid UTF-8 input" "UTF-8" "$bin" tokenize --model "$model" "$(cat "$work/invalid.txt")"
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -1,0 +1,93 @@
+#include "cli/common.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace di::cli {
+
+std::vector<int32_t> parse_ids(const std::string& text, const char* option) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && item[used] == ' ') ++used;
+    if (item.empty() || used != item.size()) fail("{}: '{}' is not an integer token id", option, item);
+    if (v < 0 || v > INT32_MAX) fail("{}: token id {} is out of range", option, v);
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) fail("{}: no token ids given", option);
+  return ids;
+}
+
+void check_ids_in_vocab(const std::vector<int32_t>& ids, int64_t vocab, const char* option) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= vocab) fail("{}: id {} at index {} is outside the vocabulary of {}", option, ids[i], i, vocab);
+}
+
+Precision parse_precision(const std::string& s) {
+  if (s == "f32") return Precision::f32;
+  if (s == "bf16") return Precision::bf16;
+  fail("--precision must be f32 or bf16, found '{}'", s);
+}
+
+void ModelOptions::add_to(CLI::App* cmd) {
+  cmd->add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
+  cmd->add_option("--device", device, "cpu (cuda arrives with the GPU engine)")->capture_default_str();
+  cmd->add_option("--precision", precision,
+                  "CPU activations: bf16 rounds where transformers' bf16 run does, f32 rounds nowhere")
+      ->capture_default_str();
+}
+
+const Tokenizer& Runner::require_tokenizer(const char* why) const {
+  if (!tokenizer)
+    fail("{} needs a tokenizer, and the model directory has no tokenizer.json (make-tiny-model copies one; "
+         "scripts/setup.sh builds it)", why);
+  return *tokenizer;
+}
+
+std::vector<int64_t> Runner::stop_ids() const {
+  std::vector<int64_t> ids = loaded.config.eos_token_ids;
+  const auto generation_config = loaded.dir / "generation_config.json";
+  if (std::ifstream in{generation_config}) {
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded()) fail("{}: not valid JSON", generation_config.string());
+    if (j.contains("eos_token_id")) {
+      const nlohmann::json& e = j["eos_token_id"];
+      if (e.is_number_integer()) ids.push_back(e.get<int64_t>());
+      else if (e.is_array())
+        for (const auto& v : e)
+          if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
+    }
+  }
+  if (tokenizer && tokenizer->eos_id()) ids.push_back(*tokenizer->eos_id());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+Runner open_model(const ModelOptions& o) {
+  if (o.device != "cpu")
+    fail("--device {}: this build runs the CPU reference engine only (the CUDA engine is not built in)", o.device);
+  const Precision precision = parse_precision(o.precision);
+  Runner r;
+  r.loaded = load_model(o.model_dir, {.show_progress = true});
+  r.ops = std::make_unique<CpuOps>(r.loaded.config, precision);
+  r.model = std::make_unique<Qwen35Model>(r.loaded.config, r.loaded.weights);
+  if (std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
+    r.tokenizer.emplace(Tokenizer::load(o.model_dir));
+  return r;
+}
+
+}  // namespace di::cli

@@ -1,0 +1,46 @@
+#pragma once
+// What the subcommands share: option groups, parsing helpers, and a loaded model with its ops and
+// (when the model directory has one) its tokenizer.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/qwen35_model.h"
+#include "kernels/cpu_ops.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace di::cli {
+
+// "1,2,3" -> ids; `option` names the flag in errors.
+std::vector<int32_t> parse_ids(const std::string& text, const char* option);
+void check_ids_in_vocab(const std::vector<int32_t>& ids, int64_t vocab, const char* option);
+Precision parse_precision(const std::string& s);
+
+// Options every model-running command shares.
+struct ModelOptions {
+  std::string model_dir;
+  std::string device = "cpu";
+  std::string precision = "bf16";
+  void add_to(CLI::App* cmd);
+};
+
+// A loaded model, the ops that run it, and its tokenizer when the directory has tokenizer.json.
+struct Runner {
+  LoadedModel loaded;
+  std::unique_ptr<CpuOps> ops;
+  std::unique_ptr<Qwen35Model> model;
+  std::optional<Tokenizer> tokenizer;
+
+  const Tokenizer& require_tokenizer(const char* why) const;
+  // Ids that end generation: config.json, generation_config.json and the tokenizer's eos.
+  std::vector<int64_t> stop_ids() const;
+};
+
+Runner open_model(const ModelOptions& options);
+
+}  // namespace di::cli
