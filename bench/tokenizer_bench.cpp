@@ -1,10 +1,11 @@
 // Tokenizer benchmark: the load time of tokenizer.json and single-threaded encode throughput on a
 // text file. bench/tokenizer_bench.py drives it next to Hugging Face tokenizers on the same text.
 //
-// usage: di_tokenizer_bench TOKENIZER_DIR TEXT_FILE [RUNS] [IDS_OUT]
+// usage: di_tokenizer_bench TOKENIZER_DIR TEXT_FILE [RUNS] [IDS_OUT] [lines]
 // Prints one JSON object: load seconds (each run, and the median), encode seconds of each run (a
-// fresh tokenizer's first encode is run 0, with an empty word cache), the median MB/s over the runs,
-// and the token count. IDS_OUT, when given, receives the ids (one line, space separated).
+// fresh tokenizer for every run, so that each starts with an empty word cache), the median MB/s,
+// and the token count. IDS_OUT, when given (and not "-"), receives the ids (one line, space
+// separated). With "lines", each line (with its '\n') is encoded by its own call.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -57,14 +58,31 @@ int main(int argc, char** argv) {
       loads.push_back(seconds_since(t0));
     }
     const di::Tokenizer tok = di::Tokenizer::load(argv[1]);
+    const bool by_line = argc > 5 && std::string(argv[5]) == "lines";
+    std::vector<std::string_view> lines;
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t nl = text.find('\n', pos);
+      const size_t end = nl == std::string::npos ? text.size() : nl + 1;
+      lines.push_back(std::string_view(text).substr(pos, end - pos));
+      pos = end;
+    }
     std::vector<double> times;
     std::vector<int32_t> ids;
     for (int i = 0; i < runs; ++i) {
+      const di::Tokenizer fresh = di::Tokenizer::load(argv[1]);  // an empty word cache each run
       const auto t0 = std::chrono::steady_clock::now();
-      ids = tok.encode(text);
+      if (by_line) {
+        ids.clear();
+        for (const std::string_view line : lines) {
+          const std::vector<int32_t> part = fresh.encode(line);
+          ids.insert(ids.end(), part.begin(), part.end());
+        }
+      } else {
+        ids = fresh.encode(text);
+      }
       times.push_back(seconds_since(t0));
     }
-    if (argc > 4) {
+    if (argc > 4 && std::string(argv[4]) != "-") {
       std::ofstream out(argv[4]);
       for (size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];
       out << "\n";

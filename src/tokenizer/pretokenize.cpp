@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -274,37 +275,103 @@ std::string oniguruma_compatible(const std::string& pattern) {
   return out;
 }
 
-SplitRegex::SplitRegex(const std::string& pattern, const std::string& where) {
-  int err = 0;
-  PCRE2_SIZE err_offset = 0;
-  const std::string patched = oniguruma_compatible(pattern);
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(patched.data()), patched.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                        &err_offset, nullptr);
-  if (!code_) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(err, msg, sizeof msg);
-    fail("{}: PCRE2 cannot compile the regex {}: {} (at offset {} of its PCRE2 form {})", where, pattern,
-         reinterpret_cast<const char*>(msg), err_offset, patched);
+namespace {
+
+// One bit per code point: those on which PCRE2's \p{L}, \p{N}, \p{M}, \s differ from Oniguruma's.
+class OnigurumaDifferences {
+ public:
+  OnigurumaDifferences() : bits_(0x110000 / 64, 0) {
+    add(kOnigExtraLetters);
+    add(kOnigExtraNumbers);
+    add(kOnigExtraMarks);
+    bits_[0x180E >> 6] |= uint64_t(1) << (0x180E & 63);  // in PCRE2's \s only
   }
-  jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  bool operator()(char32_t cp) const { return (bits_[cp >> 6] >> (cp & 63)) & 1; }
+
+ private:
+  template <size_t N>
+  void add(const CodeRange (&table)[N]) {
+    for (const CodeRange& r : table)
+      for (uint32_t cp = r.first; cp <= r.last; ++cp) bits_[cp >> 6] |= uint64_t(1) << (cp & 63);
+  }
+  std::vector<uint64_t> bits_;
+};
+
+}  // namespace
+
+bool needs_oniguruma_classes(std::string_view s) {
+  static const OnigurumaDifferences differs;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {  // ASCII, eight bytes at a time where possible
+      uint64_t w;
+      if (i + 8 <= n && (std::memcpy(&w, p + i, 8), (w & 0x8080808080808080ull) == 0)) {
+        i += 8;
+        continue;
+      }
+      ++i;
+      continue;
+    }
+    const Utf8Step st = utf8_step(p + i, n - i);
+    if (differs(st.cp)) return true;
+    i += st.len;
+  }
+  return false;
 }
 
-SplitRegex::SplitRegex(SplitRegex&& o) noexcept : code_(o.code_), jit_(o.jit_) { o.code_ = nullptr; }
+pcre2_code* SplitRegex::compile(const std::string& pattern, const std::string& original, const std::string& where) {
+  int err = 0;
+  PCRE2_SIZE err_offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &err, &err_offset, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    fail("{}: PCRE2 cannot compile the regex {}: {} (at offset {} of its PCRE2 form {})", where, original,
+         reinterpret_cast<const char*>(msg), err_offset, pattern);
+  }
+  return code;
+}
+
+SplitRegex::SplitRegex(const std::string& pattern, const std::string& where) {
+  plain_ = compile(pattern, pattern, where);
+  const std::string patched = oniguruma_compatible(pattern);
+  if (patched != pattern) {
+    try {
+      compat_ = compile(patched, pattern, where);
+    } catch (...) {
+      pcre2_code_free(plain_);
+      throw;
+    }
+  }
+  jit_ = pcre2_jit_compile(plain_, PCRE2_JIT_COMPLETE) == 0 && (!compat_ || pcre2_jit_compile(compat_, PCRE2_JIT_COMPLETE) == 0);
+}
+
+SplitRegex::SplitRegex(SplitRegex&& o) noexcept : plain_(o.plain_), compat_(o.compat_), jit_(o.jit_) {
+  o.plain_ = o.compat_ = nullptr;
+}
 
 SplitRegex& SplitRegex::operator=(SplitRegex&& o) noexcept {
   if (this != &o) {
-    pcre2_code_free(code_);
-    code_ = o.code_;
+    pcre2_code_free(plain_);
+    pcre2_code_free(compat_);
+    plain_ = o.plain_;
+    compat_ = o.compat_;
     jit_ = o.jit_;
-    o.code_ = nullptr;
+    o.plain_ = o.compat_ = nullptr;
   }
   return *this;
 }
 
-SplitRegex::~SplitRegex() { pcre2_code_free(code_); }
+SplitRegex::~SplitRegex() {
+  pcre2_code_free(plain_);
+  pcre2_code_free(compat_);
+}
 
 SplitRegex::Matcher::Matcher(const SplitRegex& re) : re_(re) {
-  md_ = pcre2_match_data_create_from_pattern(re.code_, nullptr);
+  md_ = pcre2_match_data_create_from_pattern(re.compat_ ? re.compat_ : re.plain_, nullptr);
   mctx_ = pcre2_match_context_create(nullptr);
   if (!md_ || !mctx_) fail("tokenizer: out of memory for PCRE2 match data");
   // Long inputs (megabytes of one character class) must not hit PCRE2's default limits.
@@ -319,11 +386,12 @@ SplitRegex::Matcher::~Matcher() {
   pcre2_jit_stack_free(jit_stack_);
 }
 
-bool SplitRegex::Matcher::next_match(std::string_view s, size_t from, size_t& start, size_t& end) {
+bool SplitRegex::Matcher::next_match(const pcre2_code* code, std::string_view s, size_t from, size_t& start,
+                                     size_t& end) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   for (;;) {
-    const int rc = re_.jit_ ? pcre2_jit_match(re_.code_, subject, s.size(), from, 0, md_, mctx_)
-                            : pcre2_match(re_.code_, subject, s.size(), from, PCRE2_NO_UTF_CHECK, md_, mctx_);
+    const int rc = re_.jit_ ? pcre2_jit_match(code, subject, s.size(), from, 0, md_, mctx_)
+                            : pcre2_match(code, subject, s.size(), from, PCRE2_NO_UTF_CHECK, md_, mctx_);
     if (rc == PCRE2_ERROR_NOMATCH) return false;
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !jit_stack_) {
       // The default 32 KiB JIT stack is too small for this input: retry with one that can grow.

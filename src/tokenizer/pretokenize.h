@@ -25,7 +25,9 @@ std::string_view nfc(std::string_view in, std::string& buf);
 std::string oniguruma_compatible(const std::string& pattern);
 
 // The Split pre-tokenizer with behaviour Isolated: every match, and every stretch between matches,
-// becomes a piece.
+// becomes a piece. It holds the pattern twice: as PCRE2 reads it, and oniguruma_compatible(); the
+// two differ only on the code points that oniguruma_compatible() adds to or takes from a class,
+// and the second is about twice as slow, so it runs only on text that holds such a code point.
 class SplitRegex {
  public:
   // Throws di::Error naming `where` (file and field) when PCRE2 rejects the pattern.
@@ -42,14 +44,14 @@ class SplitRegex {
     Matcher(const Matcher&) = delete;
     Matcher& operator=(const Matcher&) = delete;
 
-    // Calls on_piece(std::string_view) for each piece of s (valid UTF-8), in order; the pieces
-    // concatenate to s.
+    // Calls on_piece(std::string_view piece, bool is_match) for each piece of s (valid UTF-8), in
+    // order; the pieces concatenate to s. is_match is false for a gap between matches.
     template <typename F>
     void split(std::string_view s, F&& on_piece);
 
    private:
     // The next match at or after `from`: true and [start, end), or false when there is none.
-    bool next_match(std::string_view s, size_t from, size_t& start, size_t& end);
+    bool next_match(const pcre2_code* code, std::string_view s, size_t from, size_t& start, size_t& end);
     const SplitRegex& re_;
     pcre2_match_data* md_ = nullptr;
     pcre2_match_context* mctx_ = nullptr;
@@ -57,27 +59,34 @@ class SplitRegex {
   };
 
  private:
-  pcre2_code* code_ = nullptr;
+  static pcre2_code* compile(const std::string& pattern, const std::string& original, const std::string& where);
+  pcre2_code* plain_ = nullptr;   // the pattern as PCRE2 reads it
+  pcre2_code* compat_ = nullptr;  // oniguruma_compatible(pattern); null when the same
   bool jit_ = false;
 };
 
+// Whether s holds a code point on which PCRE2's and Oniguruma's classes differ (see
+// oniguruma_compatible()).
+bool needs_oniguruma_classes(std::string_view s);
+
 template <typename F>
 void SplitRegex::Matcher::split(std::string_view s, F&& on_piece) {
+  const pcre2_code* code = re_.compat_ && needs_oniguruma_classes(s) ? re_.compat_ : re_.plain_;
   size_t pos = 0;      // end of the last piece
   size_t search = 0;   // where the next search starts
   while (search < s.size()) {
     size_t start, end;
-    if (!next_match(s, search, start, end)) break;
+    if (!next_match(code, s, search, start, end)) break;
     if (end == start) {  // an empty match: no piece; look again one character further on
       search = start + 1;
       while (search < s.size() && (uint8_t(s[search]) & 0xC0) == 0x80) ++search;
       continue;
     }
-    if (start > pos) on_piece(s.substr(pos, start - pos));  // the gap before the match
-    on_piece(s.substr(start, end - start));
+    if (start > pos) on_piece(s.substr(pos, start - pos), false);  // the gap before the match
+    on_piece(s.substr(start, end - start), true);
     pos = search = end;
   }
-  if (pos < s.size()) on_piece(s.substr(pos));
+  if (pos < s.size()) on_piece(s.substr(pos), false);
 }
 
 }  // namespace di::tokenizer_detail

@@ -42,7 +42,7 @@ class Tokenizer::Impl::Encoder {
     if (s.empty()) return;
     const std::string_view norm = m_.nfc ? tokenizer_detail::nfc(s, norm_buf_) : s;
     if (matcher_)
-      matcher_->split(norm, [this](std::string_view piece) { this->piece(piece); });
+      matcher_->split(norm, [this](std::string_view piece, bool) { this->piece(piece); });
     else
       piece(norm);
   }

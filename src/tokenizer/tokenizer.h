@@ -4,7 +4,7 @@
 // tokenizer_config.json (eos, pad, chat template). Encoding follows the Hugging Face `tokenizers`
 // library token for token: added tokens are split out first, each remaining piece is NFC-normalised
 // (utf8proc), split by the pre-tokenizer regex (PCRE2, JIT, UTF mode), mapped to bytes and merged
-// by BPE rank.
+// by BPE rank. encode() and decode() are const and may run on several threads at once.
 #include <cstdint>
 #include <filesystem>
 #include <memory>

@@ -446,8 +446,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
   m.split.emplace(regex, where + ": pre_tokenizer.pretokenizers[0].pattern.Regex");
 
   // --- Vocabulary.
-  if (!r.saw_vocab) c.bad("model.vocab", "an object mapping token to id", nullptr);
-  if (!r.saw_merges) c.bad("model.merges", "an array of merges", nullptr);
+  const json& model = *Checker::get(root, "model");  // an object: load_model_settings checked
+  if (!r.saw_vocab) c.bad("model.vocab", "an object mapping token to id", Checker::get(model, "vocab"));
+  if (!r.saw_merges) c.bad("model.merges", "an array of merges", Checker::get(model, "merges"));
   if (r.vocab.empty()) fail("{}: model.vocab: expected at least the 256 byte-level tokens, found an empty object", where);
   int64_t max_id = -1;
   for (const auto& e : r.vocab) max_id = std::max<int64_t>(max_id, e.id);

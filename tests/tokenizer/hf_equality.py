@@ -52,7 +52,7 @@ def ensure_venv(venv):
         if r.returncode != 0:
             sys.exit(f"hf_equality: pip could not install tokenizers=={TOKENIZERS_VERSION} into {venv}")
         open(stamp, "w").close()
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    os.execv(py, [py, os.path.abspath(sys.argv[0])] + sys.argv[1:])  # the running script
 
 
 # --------------------------------------------------------------------------------------------------
