@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <exception>
-#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -12,7 +12,7 @@ namespace di::testing {
 
 // Runs fn and checks that it throws di::Error whose message holds every one of `words`.
 template <typename Fn>
-::testing::AssertionResult throws_error_with(Fn&& fn, std::initializer_list<std::string> words) {
+::testing::AssertionResult throws_error_with(Fn&& fn, const std::vector<std::string>& words) {
   try {
     fn();
   } catch (const Error& e) {
