@@ -1,7 +1,6 @@
 #include "core/tensor.h"
 
 #include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -32,23 +31,11 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
-  Tensor t = empty(std::move(shape), dtype, device);
-  std::memset(t.data_, 0, t.nbytes());
-  return t;
-}
-
 Tensor Tensor::reshaped(Shape shape) const {
   DI_CHECK(shape_numel(shape) == numel(), "reshape of {} to {} changes the element count", shape_str(shape_),
            shape_str(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
-  return t;
-}
-
-Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_, device_);
-  std::memcpy(t.data_, data_, nbytes());
   return t;
 }
 

@@ -32,12 +32,11 @@ struct TensorView {
   bool empty() const { return data == nullptr; }
 };
 
-// Owning contiguous buffer. Copying shares the storage; clone() copies the bytes.
+// Owning contiguous buffer. Copying shares the storage.
 class Tensor {
  public:
   Tensor() = default;
   static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu);
-  static Tensor zeros(Shape shape, DType dtype, Device device = Device::cpu);
 
   void* data() const { return data_; }
   template <typename T>
@@ -52,7 +51,6 @@ class Tensor {
 
   // Same bytes, another shape with the same element count.
   Tensor reshaped(Shape shape) const;
-  Tensor clone() const;
   TensorView view() const { return {data_, dtype_, shape_, device_}; }
 
  private:
