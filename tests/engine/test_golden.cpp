@@ -192,7 +192,9 @@ TEST_P(GoldenTest, GreedyStepsMatchUnderTeacherForcing) {
   std::printf("[ golden ] %s/%s: %d greedy steps above the margin (all equal), %d below it; %d of 32 agree\n",
               GetParam().precision.c_str(), GetParam().prompt.c_str(), checked, low_margin, agree);
   EXPECT_GE(agree, 28) << "teacher-forced greedy agreement with transformers";
-  if (precision_ == Precision::f32) EXPECT_GT(checked, 16) << "too few steps with a real margin to make this a test";
+  if (precision_ == Precision::f32) {
+    EXPECT_GT(checked, 16) << "too few steps with a real margin to make this a test";
+  }
 }
 
 TEST_P(GoldenTest, FreeRunningGreedyMatchesUpToFirstLowMarginStep) {
