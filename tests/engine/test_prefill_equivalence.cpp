@@ -2,6 +2,7 @@
 // KV cache carried between pieces) equals the whole prefill; prefill followed by decode equals a
 // longer prefill; sequences batched together equal each run alone. Float32 precision, so the only
 // differences are float32 summation order (kF32Reorder for states, kF32ReorderLogit for logits).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -68,7 +69,7 @@ TEST_F(StateEquivalence, SplitPrefillEqualsWholePrefill) {
   const std::vector<std::vector<int64_t>> splits = {{1}, {37}, {63}, {64}, {65}, {3, 4, 5}, {100, 101, 150}, {64, 128, 192}};
   for (const auto& points : splits) {
     std::string name = "split at";
-    for (int64_t p : points) name += " " + std::to_string(p);
+    for (int64_t p : points) name += fmt::format(" {}", p);
     SCOPED_TRACE(name);
     Sequence pieces(model_, ops_);
     std::vector<float> logits;
