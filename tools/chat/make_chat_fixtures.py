@@ -9,8 +9,8 @@ for the Python-compatibility helpers the renderer uses (src/tokenizer/json_py.h)
 random and special floats, and the code points str.strip() removes.
 
 Needs transformers and jinja2 (no torch), e.g.
-    python3 -m venv /tmp/chatvenv && /tmp/chatvenv/bin/pip install transformers jinja2
-    /tmp/chatvenv/bin/python tools/chat/make_chat_fixtures.py
+    python3 -m venv VENV && VENV/bin/pip install transformers jinja2
+    VENV/bin/python tools/chat/make_chat_fixtures.py
 
 usage: make_chat_fixtures.py [--tokenizer DIR] [--out FILE]
 """
