@@ -11,6 +11,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"deltainfer: inference for Qwen3.5 hybrid (Gated DeltaNet + gated attention) models"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level may come after the subcommand too
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   const std::vector<di::cli::Command> commands = di::cli::register_commands(app);
