@@ -103,8 +103,7 @@ TEST(TokenizerQwen35, LoadsWithMetadata) {
   const Tokenizer tok = Tokenizer::load(DI_TOKENIZER_DIR);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RecordProperty("load_seconds", fmt::format("{:.3f}", s));
-  std::printf("tokenizer.json loaded in %.3f s\n", s);
-  EXPECT_LT(s, 5.0) << "loading is far slower than expected (about 0.3 s in a Release build)";
+  std::printf("tokenizer.json loaded in %.3f s (the load time is measured by the benchmark)\n", s);
   EXPECT_EQ(tok.vocab_size(), 248077);
   EXPECT_EQ(tok.find_token("<|im_end|>"), kImEnd);
   EXPECT_EQ(tok.find_token("<think>"), kThink);
@@ -343,8 +342,9 @@ TEST(TokenizerQwen35, TenMegabyteInputs) {
     const auto t0 = std::chrono::steady_clock::now();
     const Ids ids = qwen().encode(in.text);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Printed for the record; speed is a benchmark's business (docs/benchmarks/tokenizer.md), and
+    // CTest's timeout is the only bound here.
     std::printf("10 MB of %s: %zu tokens in %.2f s\n", in.name.c_str(), ids.size(), s);
-    EXPECT_LT(s, 60.0) << in.name;
     EXPECT_EQ(qwen().decode(ids), in.nfc.empty() ? nfc(in.text) : in.nfc) << in.name;
   }
 }
