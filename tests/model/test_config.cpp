@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "support/expect_error.h"
+#include "support/temp_dir.h"
 
 namespace di {
 namespace {
@@ -125,23 +126,7 @@ void expect_4b_values(const ModelConfig& c) {
   return throws_error_with([&] { parse_model_config(j, "cfg.json"); }, {"cfg.json"});
 }
 
-// A fresh directory per test under the system temp directory.
-class ModelConfigFilesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("di_config_") + info->name() + "_" +
-                                        std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-};
+class ModelConfigFilesTest : public testing::TempDirTest {};
 
 // ------------------------------------------------------------------------------------------------
 // Valid configs

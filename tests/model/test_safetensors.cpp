@@ -16,6 +16,7 @@
 
 #include "core/bf16.h"
 #include "support/expect_error.h"
+#include "support/temp_dir.h"
 
 namespace di {
 namespace {
@@ -66,23 +67,8 @@ std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8
   return out;
 }
 
-// Each test gets a fresh directory of its own under the system temp directory.
-class TempDirTest : public ::testing::Test {
+class TempDirTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("di_safetensors_") + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
   // Writes a file of the given raw bytes and checks that reading it fails naming the file and `words`.
   ::testing::AssertionResult corrupt_fails(const std::vector<uint8_t>& bytes,
                                            std::initializer_list<std::string> words) {
@@ -93,7 +79,6 @@ class TempDirTest : public ::testing::Test {
     return throws_error_with([&] { SafetensorsFile f(p); }, {p.string()});
   }
 
-  fs::path dir_;
 };
 
 class SafetensorsTest : public TempDirTest {};

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "support/expect_error.h"
+#include "support/temp_dir.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/utf8.h"
 #include "support/seed.h"
@@ -352,15 +353,8 @@ TEST(TokenizerQwen35, TenMegabyteInputs) {
 // ------------------------------------------------------------------------------------------------
 // Loading errors, on small files written to a temporary folder.
 
-class TokenizerLoad : public ::testing::Test {
+class TokenizerLoad : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / fmt::format("di_tokenizer_test_{:08x}{:08x}", rd(), rd());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A small valid tokenizer.json in Qwen3.5's form: the 256 byte-level tokens, "ab" and "abc", two
   // merges, one special and one non-special added token.
   static nlohmann::json tiny() {
@@ -426,7 +420,6 @@ class TokenizerLoad : public ::testing::Test {
     return throws_error_with([&] { Tokenizer::load(dir_); }, all);
   }
 
-  fs::path dir_;
 };
 
 TEST_F(TokenizerLoad, TinyTokenizerWorks) {
