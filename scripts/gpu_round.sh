@@ -1,47 +1,113 @@
 #!/usr/bin/env bash
-# The GPU round, run on the GPU machine in one go: unpack the build dependencies carried in
-# .device-deps/ (scripts/gpu_deps.sh), build with CUDA for sm_90a, run every test that can run
-# there, write full logs to LOG_DIR, and print a short table last.
-# usage: scripts/gpu_round.sh [LOG_DIR]        (default: $OUT, else gpu-logs)
+# The GPU round, run on the GPU machine in one go:
+#   1. build with CUDA for sm_90a (the build dependencies come as Debian packages carried in
+#      .device-deps/, see scripts/gpu_deps.sh), or take a build directory made elsewhere (--prebuilt);
+#   2. every GPU test (ctest -R '^gpu\.'), the command-line test (which then runs on the GPU), and
+#      with --all-tests the CPU tests too;
+#   3. the benchmarks: the GDN kernel lab, the engine end to end on the 4b-geometry preset, the same
+#      model through Hugging Face transformers, and the time from a cold process to the first token;
+#   4. a short table printed last. Full logs and JSON reports go to LOG_DIR.
+# usage: scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--no-bench] [--no-tests] [LOG_DIR]
+#        (LOG_DIR defaults to $OUT, else gpu-logs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-logs=${1:-${OUT:-gpu-logs}}
+prebuilt="" all_tests=0 bench=1 tests=1 logs=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) prebuilt=$2; shift 2 ;;
+    --all-tests) all_tests=1; shift ;;
+    --no-bench) bench=0; shift ;;
+    --no-tests) tests=0; shift ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) logs=$1; shift ;;
+  esac
+done
+logs=${logs:-${OUT:-gpu-logs}}
 mkdir -p "$logs"
 start=$(date +%s)
-
-sysroot=/tmp/deltainfer-sysroot
-rm -rf "$sysroot" build-gpu/CMakeCache.txt
-for deb in .device-deps/*.deb; do dpkg -x "$deb" "$sysroot"; done
-[ -f .deps/qwen35-tokenizer/tokenizer.json ] || echo "warning: .deps/qwen35-tokenizer missing: carry it" >&2
+rows=()
+row() { rows+=("| $1 | $2 |"); }
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   nvcc --version | tail -2
   cmake --version | head -1
   git log -1 --format='commit %H' 2>/dev/null || true
+  git status --porcelain 2>/dev/null | head -20
 } >"$logs/machine.txt" 2>&1
+row machine "$(sed -n 2p "$logs/machine.txt")"
 
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" >"$logs/configure.log" 2>&1
-configure_rc=$?
-build_rc=1
-[ $configure_rc -eq 0 ] && { cmake --build build-gpu --parallel "$(nproc)" >"$logs/build.log" 2>&1; build_rc=$?; }
-
-# tokenizer.hf_equality installs tokenizers from PyPI, which this machine cannot reach.
-test_rc=1
-if [ $build_rc -eq 0 ]; then
-  ctest --test-dir build-gpu --output-on-failure --no-tests=error --parallel "$(nproc)" \
-    -E '^tokenizer\.hf_equality$' >"$logs/ctest.log" 2>&1
-  test_rc=$?
+# 1. Build.
+build=${prebuilt:-build-gpu}
+if [ -z "$prebuilt" ]; then
+  sysroot=/tmp/deltainfer-sysroot
+  rm -rf "$sysroot" build-gpu/CMakeCache.txt
+  for deb in .device-deps/*.deb; do dpkg -x "$deb" "$sysroot"; done
+  [ -f .deps/qwen35-tokenizer/tokenizer.json ] || echo "warning: .deps/qwen35-tokenizer missing: carry it" >&2
+  t=$(date +%s)
+  if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" >"$logs/configure.log" 2>&1 &&
+     cmake --build build-gpu --parallel "$(nproc)" >"$logs/build.log" 2>&1; then
+    row "build (CUDA sm_90a)" "ok in $(( $(date +%s) - t )) s"
+  else
+    row "build (CUDA sm_90a)" "FAILED (configure.log, build.log)"
+    tail -30 "$logs/build.log" 2>/dev/null
+    printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
+    exit 1
+  fi
 fi
-passed=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$logs/ctest.log" 2>/dev/null || echo "no tests ran")
+failed=0
 
+# The 4b-geometry checkpoint, written once for the full-size test and the benchmarks.
+model4b=/tmp/deltainfer-4b-geometry
+if [ ! -f "$model4b/model.safetensors" ]; then
+  t=$(date +%s)
+  "$build/deltainfer" make-tiny-model --preset 4b-geometry --no-tokenizer "$model4b" >"$logs/make-4b.log" 2>&1 ||
+    { echo "make-tiny-model 4b-geometry failed" >&2; failed=1; }
+  row "4b-geometry checkpoint" "written in $(( $(date +%s) - t )) s"
+fi
+export DI_4B_MODEL_DIR=$model4b
+
+# 2. Tests.
+if [ $tests -eq 1 ]; then
+  filter='^gpu\.|^cli\.end_to_end$'
+  [ $all_tests -eq 1 ] && filter='.'
+  t=$(date +%s)
+  ctest --test-dir "$build" --output-on-failure --no-tests=error -R "$filter" -E '^tokenizer\.hf_equality$' \
+    -V >"$logs/ctest.log" 2>&1 || failed=1
+  row tests "$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$logs/ctest.log" || echo 'no tests ran') ($(( $(date +%s) - t )) s)"
+  skipped=$(grep -c 'Skipped' "$logs/ctest.log" || true)
+  row "tests skipped" "$skipped"
+  grep -E '^\s*[0-9]+ - gpu\.|Failed|\*\*\*' "$logs/ctest.log" | head -20 >"$logs/failures.txt" || true
+fi
+
+# 3. Benchmarks.
+if [ $bench -eq 1 ]; then
+  if "$build/bench/di_gdn_bench" --json "$logs/gdn_kernels.json" >"$logs/gdn_kernels.txt" 2>&1; then
+    row "GDN kernel lab" "ok (gdn_kernels.txt)"
+  else
+    row "GDN kernel lab" "FAILED (gdn_kernels.txt)"; failed=1
+  fi
+  cat "$model4b/model.safetensors" >/dev/null  # into the page cache: the start-to-first-token case
+  if "$build/bench/di_engine_bench" --model "$model4b" --json "$logs/engine.json" >"$logs/engine.txt" 2>&1; then
+    row "engine end to end (4b-geometry)" "ok (engine.txt)"
+  else
+    row "engine end to end (4b-geometry)" "FAILED (engine.txt)"; failed=1
+  fi
+  t0=$(date +%s.%N)
+  "$build/deltainfer" generate --model "$model4b" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 1 \
+    >"$logs/cli-first-token.txt" 2>&1 && row "CLI start to first token (4b, page cache)" \
+    "$(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s" || row "CLI start to first token" "FAILED (cli-first-token.txt)"
+  if python3 tools/bench/hf_engine_bench.py --model "$model4b" --json "$logs/hf_engine.json" >"$logs/hf_engine.txt" 2>&1; then
+    row "transformers end to end (4b-geometry)" "ok (hf_engine.txt)"
+  else
+    row "transformers end to end (4b-geometry)" "FAILED (hf_engine.txt)"
+  fi
+fi
+
+row "wall time" "$(( $(date +%s) - start )) s"
 echo
-echo "| step | result |"
-echo "|---|---|"
-echo "| machine | $(sed -n 2p "$logs/machine.txt") |"
-echo "| configure | $([ $configure_rc -eq 0 ] && echo ok || echo "FAILED (configure.log)") |"
-echo "| build (CUDA sm_90a) | $([ $build_rc -eq 0 ] && echo ok || echo "FAILED (build.log)") |"
-echo "| tests | $passed |"
-echo "| wall time | $(( $(date +%s) - start )) s |"
-[ $test_rc -eq 0 ]
+for f in gdn_kernels.txt engine.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+[ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
+printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
+exit $failed

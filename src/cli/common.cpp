@@ -7,6 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#if DI_HAVE_CUDA
+#include "core/cuda.h"
+#include "engine/cuda_ops.h"
+#endif
 
 namespace di::cli {
 
@@ -44,10 +48,15 @@ Precision parse_precision(const std::string& s) {
 
 void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
-  cmd->add_option("--device", device, "cpu (cuda arrives with the GPU engine)")->capture_default_str();
-  cmd->add_option("--precision", precision,
-                  "CPU activations: bf16 rounds where transformers' bf16 run does, f32 rounds nowhere")
+  cmd->add_option("--device", device, "cpu, cuda, or auto (cuda when a GPU is visible)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--precision", precision,
+                  "CPU activations: bf16 rounds where transformers' bf16 run does, f32 rounds nowhere "
+                  "(the GPU runs bf16)")
+      ->capture_default_str();
+  cmd->add_option("--gdn-prefill-backend", gdn_prefill_backend,
+                  "force a GDN prefill backend by name instead of the production dispatch (GPU only)");
 }
 
 const Tokenizer& Runner::require_tokenizer(const char* why) const {
@@ -77,13 +86,34 @@ std::vector<int64_t> Runner::stop_ids() const {
   return ids;
 }
 
+namespace {
+bool gpu_visible() {
+#if DI_HAVE_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 Runner open_model(const ModelOptions& o) {
-  if (o.device != "cpu")
-    fail("--device {}: this build runs the CPU reference engine only (the CUDA engine is not built in)", o.device);
   const Precision precision = parse_precision(o.precision);
   Runner r;
+  r.device = o.device == "auto" ? (gpu_visible() && precision == Precision::bf16 ? "cuda" : "cpu") : o.device;
+  if (r.device == "cuda") {
+    if (!DI_HAVE_CUDA) fail("--device cuda: this binary was built without CUDA (nvcc was not found at build time)");
+    if (!gpu_visible()) fail("--device cuda: no CUDA device is visible");
+    if (precision != Precision::bf16) fail("--precision {}: the GPU engine runs bf16 only", o.precision);
+  } else if (!o.gdn_prefill_backend.empty()) {
+    fail("--gdn-prefill-backend {}: GDN prefill backends run on the GPU (--device cuda)", o.gdn_prefill_backend);
+  }
   r.loaded = load_model(o.model_dir, {.show_progress = true});
-  r.ops = std::make_unique<CpuOps>(r.loaded.config, precision);
+#if DI_HAVE_CUDA
+  if (r.device == "cuda")
+    r.ops = std::make_unique<CudaOps>(r.loaded.config, r.loaded.weights,
+                                      CudaOpsOptions{.max_slots = 2, .gdn_prefill_backend = o.gdn_prefill_backend});
+#endif
+  if (!r.ops) r.ops = std::make_unique<CpuOps>(r.loaded.config, precision);
   r.model = std::make_unique<Qwen35Model>(r.loaded.config, r.loaded.weights);
   if (std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
     r.tokenizer.emplace(Tokenizer::load(o.model_dir));

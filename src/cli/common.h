@@ -24,15 +24,17 @@ Precision parse_precision(const std::string& s);
 // Options every model-running command shares.
 struct ModelOptions {
   std::string model_dir;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string precision = "bf16";
+  std::string gdn_prefill_backend;
   void add_to(CLI::App* cmd);
 };
 
 // A loaded model, the ops that run it, and its tokenizer when the directory has tokenizer.json.
 struct Runner {
   LoadedModel loaded;
-  std::unique_ptr<CpuOps> ops;
+  std::string device;  // "cpu" or "cuda": what --device resolved to
+  std::unique_ptr<Ops> ops;
   std::unique_ptr<Qwen35Model> model;
   std::optional<Tokenizer> tokenizer;
 

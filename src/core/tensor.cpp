@@ -31,6 +31,17 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::from_storage(std::shared_ptr<void> storage, void* data, Shape shape, DType dtype, Device device) {
+  for (int64_t d : shape) DI_CHECK(d >= 0, "Tensor::from_storage: negative dimension in {}", shape_str(shape));
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.data_ = data;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
 Tensor Tensor::reshaped(Shape shape) const {
   DI_CHECK(shape_numel(shape) == numel(), "reshape of {} to {} changes the element count", shape_str(shape_),
            shape_str(shape));

@@ -37,6 +37,9 @@ class Tensor {
  public:
   Tensor() = default;
   static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu);
+  // A tensor over memory someone else allocated (device memory from the CUDA ops' pool): `storage`
+  // keeps it alive and frees it when the last copy goes.
+  static Tensor from_storage(std::shared_ptr<void> storage, void* data, Shape shape, DType dtype, Device device);
 
   void* data() const { return data_; }
   template <typename T>

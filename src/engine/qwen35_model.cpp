@@ -9,6 +9,7 @@ namespace di {
 
 Tensor Qwen35Model::forward(const BatchPlan& plan, const std::vector<int64_t>& logit_rows, Ops& ops) const {
   const ModelConfig& c = config_;
+  ops.begin_step(plan);
   Tensor x = ops.embed(w_.embed_tokens, plan);                                // x = E[ids]          [N, H]
   trace("embed", x);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -47,10 +48,9 @@ Tensor Qwen35Model::gdn_mixer(int64_t layer, const GdnWeights& G, const Tensor& 
   Tensor a = ops.linear(h, G.in_proj_a);                                     //                      [N, Hv]
   Tensor qkv = ops.gdn_conv1d_silu(mixed, G.conv1d, plan, gdn_layer);        // silu(causal_conv(mixed))
   trace(name + "qkv", qkv);
-  Tensor g, beta;
-  ops.gdn_gates(a, b, G.A_log, G.dt_bias, g, beta);                          // g = -exp(A_log) softplus(a + dt_bias)
-                                                                             // beta = sigmoid(b)
-  Tensor o = ops.gdn_delta_rule(qkv, g, beta, plan, gdn_layer);              // S_t = (I - b k k^T) e^g S + b k v^T
+  // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); q, k L2-normalised, q scaled by dk^-0.5
+  Tensor o = ops.gdn_delta_rule(qkv, a, b, G.A_log, G.dt_bias, plan, gdn_layer);
+                                                                             // S_t = (I - b k k^T) e^g S + b k v^T
                                                                              // o_t = S_t^T q_t     [N, Hv*dv]
   trace(name + "core", o);
   Tensor y = ops.gated_rms_norm(o, z, G.norm, c.rms_norm_eps);               // norm(o) * w * silu(z)

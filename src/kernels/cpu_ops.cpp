@@ -123,18 +123,14 @@ Tensor CpuOps::gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_w
   return y;
 }
 
-void CpuOps::gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
-                       Tensor& g, Tensor& beta) {
-  check_same_shape(a, b, "gdn_gates");
-  const int64_t Hv = a.dim(-1), n = a.numel() / Hv;
-  g = new_f32(a.shape());
-  beta = new_f32(a.shape());
-  ref::gdn_gates(a.as<float>(), b.as<float>(), n, Hv, A_log, dt_bias, g.as<float>(), beta.as<float>(), precision_);
-}
-
-Tensor CpuOps::gdn_delta_rule(const Tensor& qkv, const Tensor& g, const Tensor& beta, const BatchPlan& plan,
-                              int64_t gdn_layer) {
+Tensor CpuOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                              const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) {
   const ModelConfig& c = config_;
+  check_same_shape(a, b, "gdn_delta_rule gates");
+  // g = -exp(A_log) * softplus(a + dt_bias) (float32), beta = sigmoid(b)    each [N, Hv]
+  Tensor g = new_f32(a.shape()), beta = new_f32(a.shape());
+  ref::gdn_gates(a.as<float>(), b.as<float>(), a.numel() / a.dim(-1), a.dim(-1), A_log, dt_bias, g.as<float>(),
+                 beta.as<float>(), precision_);
   const int64_t Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
   const int64_t C = c.gdn_conv_dim(), N = plan.n_tokens();

@@ -26,10 +26,8 @@ class CpuOps final : public Ops {
 
   Tensor gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
                          int64_t gdn_layer) override;
-  void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias, Tensor& g,
-                 Tensor& beta) override;
-  Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& g, const Tensor& beta, const BatchPlan& plan,
-                        int64_t gdn_layer) override;
+  Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                        const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) override;
   Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) override;
 
   void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) override;

@@ -37,6 +37,11 @@ class Ops {
   virtual int alloc_slot() = 0;
   virtual void free_slot(int slot) = 0;
 
+  // Called once per forward step before any op: the plan (token ids, positions, sequences, slots)
+  // is then fixed for every op of the step, so an implementation may prepare it once (the CUDA ops
+  // upload the batch metadata and grow the KV cache here).
+  virtual void begin_step(const BatchPlan& plan) { (void)plan; }
+
   // x[t] = table[token_ids[t]]                                            -> [N, hidden]
   virtual Tensor embed(const TensorView& table, const BatchPlan& plan) = 0;
   // Zero-centred RMSNorm over the last dim: x / rms(x) * (1 + w)           -> shape of x
@@ -55,13 +60,12 @@ class Ops {
   // `kernel` pre-conv inputs), then SiLU; the state is updated to the newest inputs.
   virtual Tensor gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
                                  int64_t gdn_layer) = 0;
-  // g = -exp(A_log) * softplus(a + dt_bias) (float32), beta = sigmoid(b)  -> each [N, Hv]
-  virtual void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
-                         Tensor& g, Tensor& beta) = 0;
-  // Splits [Q|K|V], L2-normalises q and k, scales q by dk^-0.5, and runs the gated delta rule from
-  // the slot's recurrent state [Hv, dk, dv] (updated to the final state)  -> [N, Hv*dv]
-  virtual Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& g, const Tensor& beta, const BatchPlan& plan,
-                                int64_t gdn_layer) = 0;
+  // The gates, g = -exp(A_log) * softplus(a + dt_bias) (float32) and beta = sigmoid(b) from a, b
+  // [N, Hv]; then splits [Q|K|V], L2-normalises q and k, scales q by dk^-0.5, and runs the gated
+  // delta rule from the slot's recurrent state [Hv, dk, dv] (updated to the final state). One op, so
+  // that an implementation can fuse the gates and norms into the recurrence.  -> [N, Hv*dv]
+  virtual Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                                const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) = 0;
   // Per value head: norm(o) * w (plain weight) * silu(z)                   -> [N, Hv*dv]
   virtual Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) = 0;
 

@@ -18,6 +18,10 @@ namespace {
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
+  // The generator `draws` steps ahead (SplitMix64's state advances by a constant per draw), which
+  // lets each element of a tensor be drawn independently, in parallel, with the same bytes.
+  Rng ahead(uint64_t draws) const { return Rng(state_ + draws * 0x9e3779b97f4a7c15ull); }
+  void skip(uint64_t draws) { state_ += draws * 0x9e3779b97f4a7c15ull; }
   uint64_t next() {
     uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -70,15 +74,19 @@ TensorToWrite make_tensor(const std::string& name, const Shape& shape, Rng& rng)
   TensorToWrite t{name, init.dtype, shape, {}};
   const int64_t n = shape_numel(shape);
   t.bytes.resize(size_t(n) * dtype_size(init.dtype));
+  const uint64_t draws_per_element = init.kind == Init::normal ? 2 : 1;  // Box-Muller takes two uniforms
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) {
-    const double x = init.kind == Init::normal ? init.mean + init.stddev * rng.normal()
-                                               : std::log(init.lo + (init.hi - init.lo) * rng.uniform());
+    Rng r = rng.ahead(uint64_t(i) * draws_per_element);
+    const double x = init.kind == Init::normal ? init.mean + init.stddev * r.normal()
+                                               : std::log(init.lo + (init.hi - init.lo) * r.uniform());
     if (init.dtype == DType::f32) {
       reinterpret_cast<float*>(t.bytes.data())[i] = float(x);
     } else {
       reinterpret_cast<uint16_t*>(t.bytes.data())[i] = f32_to_bf16(float(x));
     }
   }
+  rng.skip(uint64_t(n) * draws_per_element);
   return t;
 }
 

@@ -34,6 +34,52 @@
 //   kBf16OneRounding 0 / 4e-3    a float32 result rounded once to bf16 against the float64 oracle:
 //                                 half a bf16 ulp is at most 2^-8 = 3.9e-3 of the value, plus the
 //                                 float32 error below it
+//   kBf16RoundingFlips 1e-5 / 1.6e-2  a GPU kernel against the CPU reference in Precision::bf16 that
+//                                 rounds at the same points: float32 sums in another order (tree
+//                                 reductions, cuBLASLt's blocking) or an expf/cosf one ulp apart can
+//                                 flip a bf16 rounding, one bf16 ulp (at most 2^-7 of the value)
+//                                 per rounding point, and a chain has at most two points
+//                                 (gated norm, rope). The atol covers results that cancel to ~0.
+//   kBf16AttentionP 4e-3·max|v| / 4e-3  bf16 attention output whose softmax weights P were rounded to
+//                                 bf16 for the tensor-core P·V product (as FlashAttention does),
+//                                 against the float32 reference that keeps them in float32. Each
+//                                 weight then carries a relative error <= 2^-8, so the output moves
+//                                 by at most 2^-8 · sum(w |v|) <= 2^-8 · max|v|: the atol is given per
+//                                 unit of max|v| and the call site multiplies it by max|v|; the final
+//                                 rounding to bf16 adds 2^-8 of the value (rtol).
+//   kBf16AfterF32Reorder 2e-5 / 4e-3  a float32 result summed in another order than the float32
+//                                 reference, then rounded once to bf16 (split-KV decode attention):
+//                                 the reorder noise of kF32Reorder plus half a bf16 ulp (2^-8 of
+//                                 the value).
+//   kF32ChunkingState 1e-4 / 1e-3  the recurrent state of the first GDN layer after a long prompt
+//                                 prefilled in different pieces: identical inputs, float32 chunked
+//                                 arithmetic split at other chunk boundaries; each of the ~T/64
+//                                 chunk updates adds a reordering error of the state's size times
+//                                 ~1e-6, and the state forgets old errors at the decay rate
+//   kBf16RunState   5e-2 / 5e-2   conv and recurrent states of deeper layers of two bf16 runs whose
+//                                 activations differ by rounding flips (a different chunking of
+//                                 the prompt): a flipped bf16 input moves a state entry by about
+//                                 2^-8 of that input, and flips reach every layer after the first
+//   kBf16GdnKernelOut 5e-6 / 4e-3  bf16 output of a float32 GDN kernel (chunked prefill, decode
+//                                 step) against the float64 oracle on the same inputs: half a bf16
+//                                 ulp (2^-8 of the value) plus the float32 error below it, which is
+//                                 absolute where an output cancels to ~0. Outputs are O(0.1); on
+//                                 the GPU tests' inputs (T <= 4096, decays down to g = -150) the CPU
+//                                 float32 chunked form measured max 1e-6 before the rounding and
+//                                 1.2e-7 beyond the half ulp after it. It does not grow with T: the
+//                                 decay and the projector forget old rounding.
+//   kF32GdnKernelState 2e-5 / 2e-4  the float32 state of a GDN kernel after T tokens against the
+//                                 float64 oracle. Each chunk adds rounding of ~C·K O(1) products;
+//                                 the decay and (I - beta k kᵀ) forget older errors, so the error
+//                                 is set by the last few chunks, not by T. Drastic decays add an
+//                                 absolute error |G| 2^-24 to the in-chunk cumulative log decay G.
+//                                 CPU float32 chunked on the GPU tests' inputs: max 3.3e-6 on
+//                                 |S| <= 0.8 up to T = 4096 (1.4e-5 with 5% of tokens at g ~ -150).
+//                                 Twice kF32VsF64, for the kernels' other summation orders.
+//   kBf16TwoGdnKernels 1e-5 / 8e-3  the bf16 outputs of two float32 GDN kernels against each other
+//                                 (T decode steps against one chunked prefill): each is within half
+//                                 a bf16 ulp of its float32 value, so they may sit one ulp apart
+//                                 (2^-7 of the value), plus both kernels' float32 errors.
 //   kGoldenF32Logit 5e-4 / 5e-5  CPU engine in float32 against transformers' float32 CPU run
 //                                 (other GEMM blocking and libm; logits are O(40); measured max
 //                                 1.3e-4 on the tiny model)
@@ -72,6 +118,14 @@ inline constexpr Tolerance kF32ReorderLogit{3e-4, 1e-4, "f32-reorder-logit"};
 inline constexpr Tolerance kF32DotVsF64{2e-6, 1e-4, "f32-dot-vs-f64 (atol per sqrt(K))"};
 inline constexpr Tolerance kF32RopeAngle{6e-7, 1e-4, "f32-rope-angle (atol per position)"};
 inline constexpr Tolerance kBf16OneRounding{0.0, 4e-3, "bf16-one-rounding"};
+inline constexpr Tolerance kBf16RoundingFlips{1e-5, 1.6e-2, "bf16-rounding-flips"};
+inline constexpr Tolerance kBf16AttentionP{4e-3, 4e-3, "bf16-attention-p (atol per max|v|)"};
+inline constexpr Tolerance kBf16AfterF32Reorder{2e-5, 4e-3, "bf16-after-f32-reorder"};
+inline constexpr Tolerance kF32ChunkingState{1e-4, 1e-3, "f32-chunking-state"};
+inline constexpr Tolerance kBf16RunState{5e-2, 5e-2, "bf16-run-state"};
+inline constexpr Tolerance kBf16GdnKernelOut{5e-6, 4e-3, "bf16-gdn-kernel-out"};
+inline constexpr Tolerance kF32GdnKernelState{2e-5, 2e-4, "f32-gdn-kernel-state"};
+inline constexpr Tolerance kBf16TwoGdnKernels{1e-5, 8e-3, "bf16-two-gdn-kernels"};
 inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
 inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};
 

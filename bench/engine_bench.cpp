@@ -1,0 +1,188 @@
+// End-to-end throughput of the GPU engine on one model directory (the 4b-geometry preset in the GPU
+// round): prefill tokens/s for (length x sequences) batches, decode tokens/s at several batch sizes,
+// the time from process start to the first token, and peak GPU memory. Each prefill case is run
+// on fresh state slots; times are wall clock around whole steps that end in a stream
+// synchronisation (the logits of the last token of each sequence are computed, greedy argmax
+// included), median of several runs.
+//
+// Floors: a forward pass does 2 FLOP per parameter per token in its GEMMs (plus attention and the
+// GDN recurrence), so prefill MFU = tokens/s x 2 x params / 784 TFLOP/s; a decode step must stream
+// every weight once, so its floor is weight bytes / 4.3 TB/s.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "core/cuda.h"
+#include "engine/cuda_ops.h"
+#include "engine/qwen35_model.h"
+#include "gpu_timing.h"
+#include "kernels/sampling/ref.h"
+#include "model/weights.h"
+
+namespace di::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> id(0, 248043);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (auto& t : out) t = id(rng);
+  return out;
+}
+
+// One forward step over fresh prompts of `len` tokens for `seqs` sequences; returns seconds.
+double prefill_once(const Qwen35Model& model, CudaOps& ops, int64_t len, int64_t seqs, std::mt19937_64& rng) {
+  BatchPlan plan;
+  std::vector<int64_t> rows;
+  std::vector<int> slots;
+  for (int64_t s = 0; s < seqs; ++s) {
+    slots.push_back(ops.alloc_slot());
+    const std::vector<int32_t> ids = random_tokens(len, rng);
+    plan.seqs.push_back({plan.n_tokens(), len, 0, slots.back()});
+    plan.token_ids.insert(plan.token_ids.end(), ids.begin(), ids.end());
+    for (int64_t i = 0; i < len; ++i) plan.positions.push_back(i);
+    rows.push_back(plan.n_tokens() - 1);
+  }
+  DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+  const auto t0 = Clock::now();
+  Tensor logits = model.forward(plan, rows, ops);
+  DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+  const double s = seconds_since(t0);
+  for (int slot : slots) ops.free_slot(slot);
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace di::bench
+
+int main(int argc, char** argv) {
+  using namespace di;
+  using namespace di::bench;
+  const auto process_start = Clock::now();
+  CLI::App app{"End-to-end GPU engine benchmark"};
+  std::string model_dir, json_out;
+  int decode_steps = 32;
+  app.add_option("--model", model_dir, "model directory")->required();
+  app.add_option("--json", json_out, "write the report here");
+  app.add_option("--decode-steps", decode_steps, "decode steps timed per batch size")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (cuda::device_count() == 0) fail("no CUDA device visible");
+    std::mt19937_64 rng(7);
+    // Start to first token: load (the checkpoint is expected in the page cache), upload, prefill a
+    // short prompt, take the argmax on the host.
+    const LoadedModel m = load_model(model_dir);
+    const double load_s = seconds_since(process_start);
+    Qwen35Model model(m.config, m.weights);
+    CudaOps ops(m.config, m.weights, CudaOpsOptions{.max_slots = 64, .kv_cache_tokens = 40960});
+    const double upload_s = seconds_since(process_start) - load_s;
+    int64_t first_token = 0;
+    {
+      const int slot = ops.alloc_slot();
+      BatchPlan plan;
+      plan.token_ids = random_tokens(16, rng);
+      plan.positions.resize(16);
+      std::iota(plan.positions.begin(), plan.positions.end(), 0);
+      plan.seqs.push_back({0, 16, 0, slot});
+      const std::vector<float> logits = ops.to_host(model.forward(plan, {15}, ops));
+      first_token = argmax(logits.data(), m.config.vocab_size);
+      ops.free_slot(slot);
+    }
+    const double ttft_s = seconds_since(process_start);
+    std::printf("start to first token: %.2f s (load %.2f s, upload %.2f s); token %lld\n", ttft_s, load_s, upload_s,
+                (long long)first_token);
+
+    size_t weight_bytes = 0;
+    int64_t params = m.weights.parameter_count;
+    weight_bytes = size_t(params) * 2;
+    nlohmann::json report = {{"provenance", provenance()},
+                             {"model", model_dir},
+                             {"parameters", params},
+                             {"start_to_first_token_s", ttft_s},
+                             {"load_s", load_s},
+                             {"upload_s", upload_s},
+                             {"prefill", nlohmann::json::array()},
+                             {"decode", nlohmann::json::array()}};
+
+    std::printf("\n%-12s %12s %10s %8s\n", "prefill", "tokens/s", "ms", "MFU");
+    for (auto [len, seqs] : {std::pair<int64_t, int64_t>{128, 8}, {2048, 1}, {8192, 1}, {32768, 1}}) {
+      std::vector<double> runs;
+      prefill_once(model, ops, len, seqs, rng);  // warm-up: GEMM plans, pool growth
+      for (int r = 0; r < 3; ++r) runs.push_back(prefill_once(model, ops, len, seqs, rng));
+      const double s = median(runs), tok_s = double(len * seqs) / s;
+      const double mfu = tok_s * 2.0 * double(params) / (kBf16TensorTflops * 1e12);
+      std::printf("%5lldx%-6lld %12.0f %10.2f %7.1f%%\n", (long long)len, (long long)seqs, tok_s, s * 1e3, 100 * mfu);
+      report["prefill"].push_back({{"len", len}, {"seqs", seqs}, {"tokens_per_s", tok_s}, {"median_ms", s * 1e3},
+                                   {"mfu_2n", mfu}, {"runs", runs.size()}});
+    }
+
+    const double floor_ms = double(weight_bytes) / (kCopyTBps * 1e12) * 1e3;
+    std::printf("\n%-8s %12s %10s %14s\n", "decode", "tokens/s", "ms/step", "of the floor");
+    for (int64_t batch : {1, 8, 64}) {
+      std::vector<int> slots;
+      std::vector<int64_t> n_past(static_cast<size_t>(batch));
+      BatchPlan plan;
+      std::vector<int64_t> rows;
+      for (int64_t s = 0; s < batch; ++s) {  // a 128-token prompt each, prefilled together
+        slots.push_back(ops.alloc_slot());
+        const auto ids = random_tokens(128, rng);
+        plan.seqs.push_back({plan.n_tokens(), 128, 0, slots.back()});
+        plan.token_ids.insert(plan.token_ids.end(), ids.begin(), ids.end());
+        for (int64_t i = 0; i < 128; ++i) plan.positions.push_back(i);
+        rows.push_back(plan.n_tokens() - 1);
+        n_past[size_t(s)] = 128;
+      }
+      model.forward(plan, rows, ops);
+      std::vector<double> steps;
+      for (int step = 0; step < decode_steps + 2; ++step) {
+        BatchPlan d;
+        std::vector<int64_t> drows;
+        for (int64_t s = 0; s < batch; ++s) {
+          d.seqs.push_back({s, 1, n_past[size_t(s)], slots[size_t(s)]});
+          d.token_ids.push_back(int32_t(rng() % 248000));
+          d.positions.push_back(n_past[size_t(s)]++);
+          drows.push_back(s);
+        }
+        DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+        const auto t0 = Clock::now();
+        const std::vector<float> logits = ops.to_host(model.forward(d, drows, ops));
+        for (int64_t s = 0; s < batch; ++s) argmax(logits.data() + s * m.config.vocab_size, m.config.vocab_size);
+        if (step >= 2) steps.push_back(seconds_since(t0));  // two warm-up steps
+      }
+      for (int slot : slots) ops.free_slot(slot);
+      const double s = median(steps);
+      const double tok_s = double(batch) / s;
+      std::printf("%-8lld %12.1f %10.3f %13.1f%%\n", (long long)batch, tok_s, s * 1e3, 100 * floor_ms / (s * 1e3));
+      report["decode"].push_back({{"batch", batch}, {"tokens_per_s", tok_s}, {"median_ms_per_step", s * 1e3},
+                                  {"weight_streaming_floor_ms", floor_ms},
+                                  {"fraction_of_floor", floor_ms / (s * 1e3)}, {"steps", steps.size()}});
+    }
+    cudaMemPool_t pool;
+    DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, ops.device().ordinal));
+    uint64_t pool_high = 0;
+    DI_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &pool_high));
+    const double peak_gib = double(ops.resident_bytes() + pool_high) / (1 << 30);
+    std::printf("\npeak GPU memory: %.2f GiB (resident %.2f GiB: weights, 64 state slots, KV cache; activations "
+                "pool high-water %.2f GiB)\n",
+                peak_gib, double(ops.resident_bytes()) / (1 << 30), double(pool_high) / (1 << 30));
+    report["peak_gpu_gib"] = peak_gib;
+    report["resident_gib"] = double(ops.resident_bytes()) / (1 << 30);
+    report["activation_pool_high_gib"] = double(pool_high) / (1 << 30);
+    if (!json_out.empty()) std::ofstream(json_out) << report.dump(2) << "\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,233 @@
+// Kernel lab of the Gated DeltaNet: every registered chunked-prefill backend at the shapes of the
+// GPU issue, and the decode step at several batch sizes. For each: the median time over many
+// repetitions (CUDA events, inputs rotated past the 50 MB L2), the work it must do, and the
+// achieved fraction of the H200's measured ceilings. Prints a table; --json writes the report.
+//
+// FLOPs of the chunked prefill per token per value head, counted as GDN_KERNELS.md 9.1 does for
+// the fused algebra (full C x C squares, chunk C = 64): F = 2C(2K + 2V) + 6KV = 163,840 at
+// K = V = 128. Bytes of a decode step per sequence and value head: the float32 state read and
+// written once, 2 K V 4, plus q, k, v, o and the gates (small).
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include <deltainfer/gdn.h>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/cuda.h"
+#include "gdn/decode_step.h"
+#include "gdn/dispatch.h"
+#include "gpu_timing.h"
+
+namespace di::bench {
+namespace {
+
+constexpr double kL2Bytes = 60e6;
+
+struct PrefillCase {
+  int num_seqs;
+  int seq_len;
+};
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng, float stddev, bool unit_rows = false,
+                                  int row = 128) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  if (unit_rows)
+    for (size_t r = 0; r + size_t(row) <= n; r += size_t(row)) {
+      double s = 0;
+      for (int i = 0; i < row; ++i) s += double(v[r + size_t(i)]) * v[r + size_t(i)];
+      for (int i = 0; i < row; ++i) v[r + size_t(i)] = float(v[r + size_t(i)] / std::sqrt(s + 1e-6));
+    }
+  std::vector<uint16_t> bits(n);
+  for (size_t i = 0; i < n; ++i) bits[i] = f32_to_bf16(v[i]);
+  return bits;
+}
+
+// One set of prefill inputs and outputs; several sets rotate so that each repetition reads cold data.
+struct PrefillSet {
+  cuda::DeviceBuffer<uint16_t> q, k, v, out;
+  cuda::DeviceBuffer<float> g, beta, state;
+  cuda::DeviceBuffer<int32_t> cu_seqlens;
+};
+
+nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
+                             cudaStream_t stream, std::mt19937_64& rng) {
+  const int64_t T = int64_t(pc.num_seqs) * pc.seq_len, Hk = geo.num_k_heads, Hv = geo.num_v_heads;
+  const int64_t K = geo.k_dim, V = geo.v_dim;
+  const double set_bytes = double(T) * (2 * Hk * K * 2 + 2 * Hv * V * 2 + Hv * 8) + double(pc.num_seqs) * Hv * K * V * 4;
+  const int sets = int(std::clamp(std::ceil(2 * kL2Bytes / set_bytes), 1.0, 8.0));
+  std::vector<PrefillSet> data(static_cast<size_t>(sets));
+  std::vector<int32_t> cu(static_cast<size_t>(pc.num_seqs) + 1);
+  for (int i = 0; i <= pc.num_seqs; ++i) cu[size_t(i)] = i * pc.seq_len;
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (PrefillSet& s : data) {
+    s.q = cuda::DeviceBuffer<uint16_t>(std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, true, int(K))));
+    s.k = cuda::DeviceBuffer<uint16_t>(std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, true, int(K))));
+    s.v = cuda::DeviceBuffer<uint16_t>(std::span<const uint16_t>(random_bf16(size_t(T * Hv * V), rng, 1)));
+    s.out = cuda::DeviceBuffer<uint16_t>(size_t(T * Hv * V));
+    std::vector<float> g(size_t(T * Hv)), beta(g.size());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::log(0.5f + 0.5f * u(rng)), beta[i] = u(rng);
+    s.g = cuda::DeviceBuffer<float>(std::span<const float>(g));
+    s.beta = cuda::DeviceBuffer<float>(std::span<const float>(beta));
+    s.state = cuda::DeviceBuffer<float>(size_t(pc.num_seqs * Hv * K * V));
+    s.state.fill_bytes(0);
+    s.cu_seqlens = cuda::DeviceBuffer<int32_t>(std::span<const int32_t>(cu));
+  }
+  const di_gdn_prefill_shape shape{geo, pc.num_seqs, T};
+  const size_t scratch_bytes = backend.scratch_bytes(&shape);
+  cuda::DeviceBuffer<uint8_t> scratch(scratch_bytes);
+  auto run = [&](int rep) {
+    PrefillSet& s = data[size_t(rep % sets)];
+    di_gdn_prefill_args a{};
+    a.abi_version = DI_GDN_ABI_VERSION;
+    a.geometry = geo;
+    a.state_layout = DI_GDN_STATE_KV;
+    a.num_seqs = pc.num_seqs;
+    a.total_tokens = T;
+    a.scale = 1.0f / std::sqrt(float(K));
+    a.cu_seqlens = s.cu_seqlens.data();
+    a.q = s.q.data();
+    a.k = s.k.data();
+    a.v = s.v.data();
+    a.g = s.g.data();
+    a.beta = s.beta.data();
+    a.initial_state = s.state.data();
+    a.final_state = s.state.data();
+    a.out = s.out.data();
+    const int status = backend.run(&a, scratch.data(), scratch_bytes, reinterpret_cast<di_gdn_stream>(stream));
+    if (status != DI_GDN_OK) fail("backend {} returned status {}", backend.name, status);
+  };
+  const Timing t = time_on_stream(stream, 3, T >= 32768 ? 10 : 30, run);
+  const double flop = double(T) * Hv * (2.0 * 64 * (2 * K + 2 * V) + 6.0 * K * V);
+  const double tflops = flop / (t.median_ms * 1e-3) / 1e12;
+  const double bytes = set_bytes + double(pc.num_seqs) * Hv * K * V * 4;  // + the state written back
+  return {{"backend", backend.name},
+          {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
+          {"shape", std::to_string(pc.num_seqs) + "x" + std::to_string(pc.seq_len)},
+          {"median_ms", t.median_ms},
+          {"min_ms", t.min_ms},
+          {"tflops", tflops},
+          {"fraction_of_bf16_peak", tflops / kBf16TensorTflops},
+          {"gbytes_per_s", bytes / (t.median_ms * 1e-3) / 1e9},
+          {"token_heads_per_s", double(T) * Hv / (t.median_ms * 1e-3)},
+          {"scratch_bytes", scratch_bytes},
+          {"reps", t.reps},
+          {"input_sets", sets}};
+}
+
+nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t stream, std::mt19937_64& rng) {
+  const int64_t Hk = geo.num_k_heads, Hv = geo.num_v_heads, K = geo.k_dim, V = geo.v_dim;
+  const int64_t row = 2 * Hk * K + Hv * V;
+  const double state_bytes_per_seq = double(Hv) * K * V * 4;
+  // Enough slots that the states of consecutive repetitions do not share L2.
+  const int slots = int(std::max<double>(batch, std::ceil(3 * kL2Bytes / state_bytes_per_seq) + batch));
+  cuda::DeviceBuffer<float> state(size_t(slots) * Hv * K * V);
+  state.fill_bytes(0);
+  const int sets = 4;
+  std::vector<cuda::DeviceBuffer<uint16_t>> qkv, a, b;
+  for (int s = 0; s < sets; ++s) {
+    qkv.emplace_back(std::span<const uint16_t>(random_bf16(size_t(batch * row), rng, 1)));
+    a.emplace_back(std::span<const uint16_t>(random_bf16(size_t(batch * Hv), rng, 1)));
+    b.emplace_back(std::span<const uint16_t>(random_bf16(size_t(batch * Hv), rng, 1)));
+  }
+  std::vector<float> A_log(size_t(Hv), -1.0f), dt_bias(size_t(Hv), 0.5f);
+  cuda::DeviceBuffer<float> dA(std::span<const float>(A_log.data(), A_log.size())),
+      ddt(std::span<const float>(dt_bias.data(), dt_bias.size()));
+  cuda::DeviceBuffer<uint16_t> out(size_t(batch * Hv * V));
+  // Repetition r uses slots starting at (r * batch) mod slots: fresh state every time.
+  const int index_sets = std::max(1, slots / batch);
+  std::vector<cuda::DeviceBuffer<int32_t>> indices;
+  for (int r = 0; r < index_sets; ++r) {
+    std::vector<int32_t> idx(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) idx[size_t(i)] = (r * batch + i) % slots;
+    indices.emplace_back(std::span<const int32_t>(idx));
+  }
+  auto run = [&](int rep) {
+    gdn::GdnDecodeParams p{};
+    p.geometry = geo;
+    p.state_layout = DI_GDN_STATE_KV;
+    p.num_seqs = batch;
+    p.qkv = qkv[size_t(rep % sets)].data();
+    p.qkv_row_stride = row;
+    p.a = a[size_t(rep % sets)].data();
+    p.b = b[size_t(rep % sets)].data();
+    p.A_log = dA.data();
+    p.dt_bias = ddt.data();
+    p.state = state.data();
+    p.state_indices = indices[size_t(rep % index_sets)].data();
+    p.out = out.data();
+    p.scale = 1.0f / std::sqrt(float(K));
+    DI_CUDA_CHECK(gdn::launch_gdn_decode_step(p, stream));
+  };
+  const Timing t = time_on_stream(stream, 5, 50, run);
+  const double bytes = double(batch) * (2 * state_bytes_per_seq + double(row) * 2 + Hv * V * 2 + Hv * 4);
+  const double tbps = bytes / (t.median_ms * 1e-3) / 1e12;
+  return {{"kernel", "gdn_decode_step"},
+          {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
+          {"batch", batch},
+          {"median_us", t.median_ms * 1e3},
+          {"min_us", t.min_ms * 1e3},
+          {"tbytes_per_s", tbps},
+          {"fraction_of_copy_bandwidth", tbps / kCopyTBps},
+          {"reps", t.reps}};
+}
+
+}  // namespace
+}  // namespace di::bench
+
+int main(int argc, char** argv) {
+  using namespace di;
+  CLI::App app{"GDN kernel lab: prefill backends and the decode step on this GPU"};
+  std::string json_out;
+  app.add_option("--json", json_out, "write the report here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (cuda::device_count() == 0) fail("no CUDA device visible");
+    cudaStream_t stream;
+    DI_CUDA_CHECK(cudaStreamCreate(&stream));
+    std::mt19937_64 rng(1234);
+    const cuda::DeviceInfo d = cuda::current_device();
+    const di_gdn_device dev{d.sm_major, d.sm_minor, d.num_sms, d.shared_memory_per_block_optin};
+    const di_gdn_geometry geo{16, 32, 128, 128};
+    nlohmann::json report = {{"provenance", bench::provenance()}, {"prefill", nlohmann::json::array()},
+                             {"decode", nlohmann::json::array()}};
+    std::printf("%-10s %-6s %-9s %10s %9s %8s %9s %8s\n", "backend", "heads", "shape", "ms", "TFLOP/s", "of 784",
+                "GB/s", "scratch");
+    for (const di_gdn_prefill_backend* b : gdn::prefill_backends()) {
+      const gdn::Verdict v = gdn::ask(*b, geo, dev, DI_GDN_STATE_KV);
+      if (!v.ok) {
+        std::printf("%-10s refuses: %s\n", b->name, v.reason.c_str());
+        continue;
+      }
+      for (const bench::PrefillCase pc : {bench::PrefillCase{1, 2048}, {1, 8192}, {1, 32768}, {4, 8192}}) {
+        const nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng);
+        std::printf("%-10s %-6s %-9s %10.3f %9.1f %7.1f%% %9.0f %8zu\n", b->name,
+                    r["heads"].get<std::string>().c_str(), r["shape"].get<std::string>().c_str(),
+                    r["median_ms"].get<double>(), r["tflops"].get<double>(),
+                    100 * r["fraction_of_bf16_peak"].get<double>(), r["gbytes_per_s"].get<double>(),
+                    r["scratch_bytes"].get<size_t>());
+        report["prefill"].push_back(r);
+      }
+    }
+    std::printf("\n%-16s %-6s %6s %10s %8s %9s\n", "kernel", "heads", "batch", "us", "TB/s", "of 4.3");
+    for (int batch : {1, 8, 64, 256}) {
+      const nlohmann::json r = bench::bench_decode(geo, batch, stream, rng);
+      std::printf("%-16s %-6s %6d %10.2f %8.2f %8.1f%%\n", "gdn_decode_step", r["heads"].get<std::string>().c_str(),
+                  batch, r["median_us"].get<double>(), r["tbytes_per_s"].get<double>(),
+                  100 * r["fraction_of_copy_bandwidth"].get<double>());
+      report["decode"].push_back(r);
+    }
+    if (!json_out.empty()) std::ofstream(json_out) << report.dump(2) << "\n";
+    cudaStreamDestroy(stream);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

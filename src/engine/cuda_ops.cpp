@@ -1,0 +1,630 @@
+#include "engine/cuda_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <spdlog/spdlog.h>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "gdn/decode_step.h"
+#include "gdn/dispatch.h"
+#include "gdn/prep.h"
+#include "kernels/attention/attention.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/norm/norm.h"
+#include "kernels/numerics.h"
+#include "kernels/rope/rope.h"
+
+namespace di {
+
+// The stream every op runs on, shared with the deleters of the activations allocated on it (their
+// memory is returned to the stream-ordered pool when the last Tensor copy goes).
+struct CudaOps::Stream {
+  cudaStream_t stream = nullptr;
+  Stream() { DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~Stream() {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+};
+
+// The batch metadata of one step, uploaded once in begin_step (one int32 array with sections).
+struct CudaOps::Step {
+  int64_t n_tokens = 0;
+  int32_t num_seqs = 0;
+  bool decode = false;              // every sequence brings one token onto a populated state
+  std::vector<SequenceSpan> seqs;   // as planned, to check that every op sees the same plan
+  Tensor metadata;                  // int32 device array holding the sections below
+  const int32_t* token_ids = nullptr;   // [N]
+  const int32_t* positions = nullptr;   // [N] absolute positions
+  const int32_t* token_seq = nullptr;   // [N] sequence of each row
+  const int32_t* cu_seqlens = nullptr;  // [S + 1]
+  const int32_t* seq_slot = nullptr;    // [S]
+  const int32_t* kv_lens = nullptr;     // [S] n_past + n_tokens
+  const int32_t* block_table = nullptr; // [S, max_blocks]
+  int32_t max_blocks = 0;
+  attention::PrefillPlan attention_plan;  // tiles of the prefill attention
+  int decode_splits = 1;                  // key splits of the decode attention
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_q_start = nullptr;
+  Tensor attention_workspace;           // decode split-KV partials
+};
+
+namespace {
+
+// Key splits of the decode attention at most (its workspace grows with them).
+constexpr int kMaxDecodeSplits = 32;
+
+void check_cuda_tensor(const Tensor& t, DType dtype, const char* what) {
+  DI_CHECK(t.defined() && t.device() == Device::cuda && t.dtype() == dtype, "CudaOps: {} must be a {} device tensor",
+           what, dtype_name(dtype));
+}
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  DI_CHECK(a.shape() == b.shape(), "{}: shapes {} and {} differ", op, shape_str(a.shape()), shape_str(b.shape()));
+}
+void check_launch(cudaError_t status, const char* kernel) {
+  if (status != cudaSuccess)
+    fail("CUDA kernel {} failed to launch: {} ({})", kernel, cudaGetErrorString(status), cudaGetErrorName(status));
+}
+
+// The values a bf16 run gives a parameter: bf16 weights as they are, f32 ones rounded to bf16
+// (transformers loads every parameter in the run's dtype).
+std::vector<float> param_values(const TensorView& w) {
+  std::vector<float> v(size_t(w.numel()));
+  weight_to_f32(w, 0, w.numel(), v.data(), Precision::bf16);
+  return v;
+}
+
+di_gdn_geometry gdn_geometry(const ModelConfig& c) {
+  return {int32_t(c.linear_num_key_heads), int32_t(c.linear_num_value_heads), int32_t(c.linear_key_head_dim),
+          int32_t(c.linear_value_head_dim)};
+}
+
+}  // namespace
+
+CudaOps::CudaOps(const ModelConfig& config, const ModelWeights& weights, const CudaOpsOptions& options)
+    : config_(config), options_(options) {
+  DI_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible");
+  device_ = cuda::current_device();
+  stream_ = std::make_shared<Stream>();
+  // Activations come from the stream-ordered pool; keep freed memory in the pool rather than
+  // returning it to the driver after every synchronisation.
+  cudaMemPool_t pool = nullptr;
+  DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_.ordinal));
+  uint64_t keep_everything = std::numeric_limits<uint64_t>::max();
+  DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+
+  DI_CHECK(options_.max_slots > 0, "CudaOps: max_slots must be positive, found {}", options_.max_slots);
+  DI_CHECK(options_.kv_block_size == 16 || options_.kv_block_size == 32 || options_.kv_block_size == 64,
+           "CudaOps: KV block size must be 16, 32 or 64, found {}", options_.kv_block_size);
+  upload_weights(weights);
+
+  const ModelConfig& c = config_;
+  gdn_layers_ = c.num_layers_of(LayerKind::linear_attention);
+  attn_layers_ = c.num_layers_of(LayerKind::full_attention);
+  const int64_t slots = options_.max_slots;
+  conv_states_ = cuda::DeviceBuffer<uint16_t>(size_t(gdn_layers_ * slots * c.gdn_conv_dim() * c.linear_conv_kernel_dim));
+  recurrent_states_ = cuda::DeviceBuffer<float>(size_t(gdn_layers_ * slots * c.linear_num_value_heads *
+                                                       c.linear_key_head_dim * c.linear_value_head_dim));
+  const int64_t kv_tokens = options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens : slots * 32768;
+  kv_blocks_ = (kv_tokens + options_.kv_block_size - 1) / options_.kv_block_size;
+  const size_t kv_elems = size_t(attn_layers_ * kv_blocks_ * options_.kv_block_size * c.num_kv_heads * c.head_dim);
+  k_cache_ = cuda::DeviceBuffer<uint16_t>(kv_elems);
+  v_cache_ = cuda::DeviceBuffer<uint16_t>(kv_elems);
+  free_blocks_.resize(size_t(kv_blocks_));
+  for (int64_t i = 0; i < kv_blocks_; ++i) free_blocks_[size_t(i)] = int32_t(kv_blocks_ - 1 - i);  // pop_back gives 0 first
+  slots_.resize(size_t(slots));
+  resident_bytes_ += conv_states_.bytes() + recurrent_states_.bytes() + k_cache_.bytes() + v_cache_.bytes();
+
+  di_gdn_device dev{device_.sm_major, device_.sm_minor, device_.num_sms, device_.shared_memory_per_block_optin};
+  gdn_backend_ = &gdn::choose_prefill_backend(gdn_geometry(c), dev, options_.state_layout, options_.gdn_prefill_backend);
+  spdlog::info("CUDA ops on {}: {:.2f} GiB resident ({} state slots, KV cache {} blocks of {} tokens)",
+               cuda::describe(device_), double(resident_bytes_) / (1 << 30), slots, kv_blocks_, options_.kv_block_size);
+}
+
+CudaOps::~CudaOps() { cudaStreamSynchronize(stream_->stream); }
+
+cudaStream_t CudaOps::stream() const { return stream_->stream; }
+
+void CudaOps::upload_weights(const ModelWeights& w) {
+  auto matrix = [&](const TensorView& t) {
+    if (t.empty() || weights_bf16_.count(t.data)) return;
+    std::vector<uint16_t> bits(size_t(t.numel()));
+    if (t.dtype == DType::bf16) std::memcpy(bits.data(), t.data, t.nbytes());
+    else
+      for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(t.as<float>()[i]);
+    cuda::DeviceBuffer<uint16_t> dev(std::span<const uint16_t>(bits.data(), bits.size()));
+    resident_bytes_ += dev.bytes();
+    weights_bf16_.emplace(t.data, std::move(dev));
+  };
+  auto param = [&](const TensorView& t) {
+    if (t.empty() || params_f32_.count(t.data)) return;
+    const std::vector<float> v = param_values(t);
+    cuda::DeviceBuffer<float> dev(std::span<const float>(v.data(), v.size()));
+    resident_bytes_ += dev.bytes();
+    params_f32_.emplace(t.data, std::move(dev));
+  };
+  matrix(w.embed_tokens);
+  matrix(w.lm_head);
+  param(w.final_norm);
+  for (const LayerWeights& L : w.layers) {
+    param(L.input_layernorm);
+    param(L.post_attention_layernorm);
+    for (const TensorView* m : {&L.mlp.gate_proj, &L.mlp.up_proj, &L.mlp.down_proj}) matrix(*m);
+    if (L.kind == LayerKind::linear_attention) {
+      const GdnWeights& G = L.gdn;
+      for (const TensorView* m : {&G.in_proj_qkv, &G.in_proj_z, &G.in_proj_b, &G.in_proj_a, &G.out_proj}) matrix(*m);
+      for (const TensorView* p : {&G.conv1d, &G.A_log, &G.dt_bias, &G.norm}) param(*p);
+    } else {
+      const AttentionWeights& A = L.attn;
+      for (const TensorView* m : {&A.q_proj, &A.k_proj, &A.v_proj, &A.o_proj}) matrix(*m);
+      for (const TensorView* p : {&A.q_norm, &A.k_norm}) param(*p);
+    }
+  }
+}
+
+const void* CudaOps::device_weight(const TensorView& w, const char* what) const {
+  const auto it = weights_bf16_.find(w.data);
+  DI_CHECK(it != weights_bf16_.end(), "CudaOps: the {} weight {} is not one of the model's uploaded matrices", what,
+           shape_str(w.shape));
+  return it->second.data();
+}
+
+const float* CudaOps::device_param_f32(const TensorView& w, const char* what) const {
+  const auto it = params_f32_.find(w.data);
+  DI_CHECK(it != params_f32_.end(), "CudaOps: the {} parameter {} is not one of the model's uploaded parameters",
+           what, shape_str(w.shape));
+  return it->second.data();
+}
+
+Tensor CudaOps::new_tensor(Shape shape, DType dtype) {
+  const size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 16);
+  void* p = nullptr;
+  DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_->stream));
+  std::shared_ptr<Stream> owner = stream_;
+  std::shared_ptr<void> storage(p, [owner](void* ptr) { cudaFreeAsync(ptr, owner->stream); });
+  return Tensor::from_storage(std::move(storage), p, std::move(shape), dtype, Device::cuda);
+}
+
+Tensor CudaOps::upload_bf16(const std::vector<float>& values, Shape shape) {
+  DI_CHECK(int64_t(values.size()) == shape_numel(shape), "upload_bf16: {} values for shape {}", values.size(),
+           shape_str(shape));
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+  Tensor t = new_tensor(std::move(shape), DType::bf16);
+  DI_CUDA_CHECK(cudaMemcpyAsync(t.data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice, stream_->stream));
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_->stream));  // `bits` goes out of scope
+  return t;
+}
+
+// --- slots and steps ---------------------------------------------------------------------------
+
+float* CudaOps::recurrent_pool(int64_t gdn_layer) const {
+  const ModelConfig& c = config_;
+  return recurrent_states_.data() + size_t(gdn_layer * options_.max_slots * c.linear_num_value_heads *
+                                           c.linear_key_head_dim * c.linear_value_head_dim);
+}
+
+void* CudaOps::conv_pool(int64_t gdn_layer) const {
+  return conv_states_.data() +
+         size_t(gdn_layer * options_.max_slots * config_.gdn_conv_dim() * config_.linear_conv_kernel_dim);
+}
+
+int CudaOps::alloc_slot() {
+  const auto it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.live; });
+  DI_CHECK(it != slots_.end(), "CudaOps: all {} state slots are in use (raise max_slots)", options_.max_slots);
+  const int slot = int(it - slots_.begin());
+  *it = Slot{.live = true};
+  const ModelConfig& c = config_;
+  const size_t conv = size_t(c.gdn_conv_dim() * c.linear_conv_kernel_dim);
+  const size_t rec = size_t(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim);
+  for (int64_t l = 0; l < gdn_layers_; ++l) {  // a fresh sequence starts from zero state
+    DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint16_t*>(conv_pool(l)) + slot * conv, 0, conv * 2, stream_->stream));
+    DI_CUDA_CHECK(cudaMemsetAsync(recurrent_pool(l) + slot * rec, 0, rec * 4, stream_->stream));
+  }
+  return slot;
+}
+
+void CudaOps::free_slot(int slot) {
+  DI_CHECK(slot >= 0 && slot < int(slots_.size()) && slots_[size_t(slot)].live,
+           "CudaOps: state slot {} is not allocated", slot);
+  Slot& s = slots_[size_t(slot)];
+  free_blocks_.insert(free_blocks_.end(), s.blocks.rbegin(), s.blocks.rend());
+  s = Slot{};
+}
+
+void CudaOps::begin_step(const BatchPlan& plan) {
+  const int64_t N = plan.n_tokens();
+  DI_CHECK(int64_t(plan.positions.size()) == N, "batch plan: {} positions for {} tokens", plan.positions.size(), N);
+  DI_CHECK(N > 0 && !plan.seqs.empty(), "batch plan: empty step");
+  const int32_t S = int32_t(plan.seqs.size());
+  auto step = std::make_unique<Step>();
+  step->n_tokens = N;
+  step->num_seqs = S;
+  step->seqs = plan.seqs;
+  step->decode = std::all_of(plan.seqs.begin(), plan.seqs.end(),
+                             [](const SequenceSpan& s) { return s.n_tokens == 1 && s.n_past > 0; });
+
+  // Check the plan against the slots and grow each sequence's KV blocks to hold the new tokens.
+  int64_t next_row = 0;
+  int32_t max_blocks = 1;
+  std::vector<attention::SequenceShape> shapes;
+  for (const SequenceSpan& s : plan.seqs) {
+    DI_CHECK(s.slot >= 0 && s.slot < int(slots_.size()) && slots_[size_t(s.slot)].live,
+             "batch plan: state slot {} is not allocated", s.slot);
+    Slot& slot = slots_[size_t(s.slot)];
+    DI_CHECK(s.first_token == next_row && s.n_tokens > 0, "batch plan: sequences must tile the rows in order "
+             "(slot {} starts at row {} with {} tokens, expected row {})", s.slot, s.first_token, s.n_tokens, next_row);
+    DI_CHECK(s.n_past == slot.n_cached, "batch plan: slot {} holds {} tokens but the plan says {}", s.slot,
+             slot.n_cached, s.n_past);
+    next_row += s.n_tokens;
+    const int64_t need = (s.n_past + s.n_tokens + options_.kv_block_size - 1) / options_.kv_block_size;
+    if (attn_layers_ > 0) {
+      DI_CHECK(need - int64_t(slot.blocks.size()) <= int64_t(free_blocks_.size()),
+               "KV cache full: slot {} needs {} more blocks of {} tokens, {} are free", s.slot,
+               need - int64_t(slot.blocks.size()), options_.kv_block_size, free_blocks_.size());
+      while (int64_t(slot.blocks.size()) < need) {
+        slot.blocks.push_back(free_blocks_.back());
+        free_blocks_.pop_back();
+      }
+    }
+    max_blocks = std::max(max_blocks, int32_t(slot.blocks.size()));
+    shapes.push_back({int32_t(s.n_tokens), int32_t(s.n_past)});
+  }
+  DI_CHECK(next_row == N, "batch plan: sequences cover {} rows of {}", next_row, N);
+  step->max_blocks = max_blocks;
+  step->attention_plan = attention::plan_prefill(shapes);
+
+  // One int32 array: ids | positions | token_seq | cu_seqlens | seq_slot | kv_lens | block table | tiles.
+  std::vector<int32_t> meta;
+  const size_t tiles = step->attention_plan.tile_seq.size();
+  meta.reserve(size_t(3 * N + 3 * S + 1) + size_t(S) * size_t(max_blocks) + 2 * tiles);
+  std::vector<size_t> at;
+  at.push_back(meta.size());
+  for (int64_t t = 0; t < N; ++t) meta.push_back(plan.token_ids[size_t(t)]);
+  at.push_back(meta.size());
+  for (int64_t t = 0; t < N; ++t) {
+    const int64_t pos = plan.positions[size_t(t)];
+    DI_CHECK(pos >= 0 && pos <= INT32_MAX, "batch plan: position {} out of range", pos);
+    meta.push_back(int32_t(pos));
+  }
+  at.push_back(meta.size());
+  for (int32_t i = 0; i < S; ++i)
+    for (int64_t t = 0; t < plan.seqs[size_t(i)].n_tokens; ++t) meta.push_back(i);
+  at.push_back(meta.size());
+  meta.push_back(0);
+  for (const SequenceSpan& s : plan.seqs) meta.push_back(int32_t(s.first_token + s.n_tokens));
+  at.push_back(meta.size());
+  for (const SequenceSpan& s : plan.seqs) meta.push_back(s.slot);
+  at.push_back(meta.size());
+  for (const SequenceSpan& s : plan.seqs) meta.push_back(int32_t(s.n_past + s.n_tokens));
+  at.push_back(meta.size());
+  for (const SequenceSpan& s : plan.seqs) {
+    const std::vector<int32_t>& blocks = slots_[size_t(s.slot)].blocks;
+    for (int32_t j = 0; j < max_blocks; ++j) meta.push_back(j < int32_t(blocks.size()) ? blocks[size_t(j)] : 0);
+  }
+  at.push_back(meta.size());
+  meta.insert(meta.end(), step->attention_plan.tile_seq.begin(), step->attention_plan.tile_seq.end());
+  at.push_back(meta.size());
+  meta.insert(meta.end(), step->attention_plan.tile_q_start.begin(), step->attention_plan.tile_q_start.end());
+
+  step->metadata = new_tensor({int64_t(meta.size())}, DType::i32);
+  DI_CUDA_CHECK(cudaMemcpyAsync(step->metadata.data(), meta.data(), meta.size() * 4, cudaMemcpyHostToDevice,
+                                stream_->stream));
+  const int32_t* base = step->metadata.as<int32_t>();
+  step->token_ids = base + at[0];
+  step->positions = base + at[1];
+  step->token_seq = base + at[2];
+  step->cu_seqlens = base + at[3];
+  step->seq_slot = base + at[4];
+  step->kv_lens = base + at[5];
+  step->block_table = base + at[6];
+  step->tile_seq = base + at[7];
+  step->tile_q_start = base + at[8];
+  if (step->decode && attn_layers_ > 0) {
+    int64_t max_kv = 0;
+    for (const SequenceSpan& s : plan.seqs) max_kv = std::max(max_kv, s.n_past + 1);
+    const int Hq = int(config_.num_attention_heads), Hkv = int(config_.num_kv_heads), D = int(config_.head_dim);
+    step->decode_splits = attention::plan_decode_splits(S, Hq, Hkv, int(max_kv), device_.num_sms, kMaxDecodeSplits);
+    step->attention_workspace =
+        new_tensor({int64_t(attention::decode_workspace_bytes(S, Hq, D, step->decode_splits))}, DType::u8);
+  }
+  if (!step->decode) {  // the chunked prefill's scratch, grown to the largest step seen
+    const di_gdn_prefill_shape shape{gdn_geometry(config_), S, N};
+    const size_t scratch = gdn_backend_->scratch_bytes(&shape);
+    if (scratch > gdn_scratch_.size()) {
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_->stream));
+      gdn_scratch_ = cuda::DeviceBuffer<uint8_t>(scratch);
+    }
+  }
+  // The step is planned: its tokens now count as cached (the KV blocks are reserved above).
+  for (const SequenceSpan& s : plan.seqs) slots_[size_t(s.slot)].n_cached += s.n_tokens;
+  step_ = std::move(step);
+}
+
+void CudaOps::check_step(const BatchPlan& plan, const char* op) const {
+  DI_CHECK(step_ && step_->n_tokens == plan.n_tokens() && step_->seqs.size() == plan.seqs.size(),
+           "CudaOps::{}: called with a plan that begin_step did not see", op);
+}
+
+bool CudaOps::step_is_decode() const { return step_ && step_->decode; }
+
+// --- ops ---------------------------------------------------------------------------------------
+
+Tensor CudaOps::embed(const TensorView& table, const BatchPlan& plan) {
+  check_step(plan, "embed");
+  const int64_t vocab = table.dim(0), hidden = table.dim(1);
+  for (int64_t t = 0; t < plan.n_tokens(); ++t) {
+    const int64_t id = plan.token_ids[size_t(t)];
+    DI_CHECK(id >= 0 && id < vocab, "token id {} at position {} is outside the vocabulary of {}", id, t, vocab);
+  }
+  Tensor x = new_tensor({plan.n_tokens(), hidden}, DType::bf16);
+  check_launch(kernels::launch_embed_rows(device_weight(table, "embedding"), step_->token_ids, plan.n_tokens(), hidden,
+                                          x.data(), stream()),
+               "embed_rows");
+  return x;
+}
+
+Tensor CudaOps::rms_norm(const Tensor& x, const TensorView& weight, double eps) {
+  check_cuda_tensor(x, DType::bf16, "rms_norm input");
+  const int64_t dim = x.dim(-1);
+  DI_CHECK(weight.numel() == dim, "rms_norm: weight of {} elements for rows of {}", weight.numel(), dim);
+  Tensor y = new_tensor(x.shape(), DType::bf16);
+  kernels::RmsNormParams p{.x = x.data(), .weight = device_param_f32(weight, "rms_norm"), .out = y.data(),
+                           .rows = x.numel() / dim, .dim = dim, .eps = float(eps), .zero_centred = true};
+  check_launch(kernels::launch_rms_norm(p, stream()), "rms_norm");
+  return y;
+}
+
+Tensor CudaOps::add(const Tensor& a, const Tensor& b) {
+  check_same_shape(a, b, "add");
+  check_cuda_tensor(a, DType::bf16, "add input");
+  check_cuda_tensor(b, DType::bf16, "add input");
+  Tensor y = new_tensor(a.shape(), DType::bf16);
+  check_launch(kernels::launch_add(a.data(), b.data(), a.numel(), y.data(), stream()), "add");
+  return y;
+}
+
+Tensor CudaOps::linear(const Tensor& x, const TensorView& weight) {
+  check_cuda_tensor(x, DType::bf16, "linear input");
+  const int64_t in = x.dim(-1), rows = x.numel() / in, out = weight.dim(0);
+  DI_CHECK(weight.dim(1) == in, "linear: input width {} for a weight {}", in, shape_str(weight.shape));
+  Tensor y = new_tensor({rows, out}, DType::bf16);
+  gemm_.linear(x.data(), device_weight(weight, "linear"), y.data(), rows, out, in, stream());
+  return y;
+}
+
+Tensor CudaOps::gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
+  check_cuda_tensor(x, DType::bf16, "gather_rows input");
+  const int64_t width = x.dim(-1), n = x.numel() / width;
+  std::vector<int32_t> idx(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    DI_CHECK(rows[i] >= 0 && rows[i] < n, "gather_rows: row {} outside [0, {})", rows[i], n);
+    idx[i] = int32_t(rows[i]);
+  }
+  Tensor dev_rows = new_tensor({int64_t(idx.size())}, DType::i32);
+  DI_CUDA_CHECK(cudaMemcpyAsync(dev_rows.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice, stream()));
+  Tensor y = new_tensor({int64_t(rows.size()), width}, DType::bf16);
+  check_launch(kernels::launch_gather_rows(x.data(), dev_rows.as<int32_t>(), int64_t(rows.size()), width, y.data(),
+                                           stream()),
+               "gather_rows");
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));  // `idx` is pageable host memory
+  return y;
+}
+
+Tensor CudaOps::swiglu(const Tensor& gate, const Tensor& up) {
+  check_same_shape(gate, up, "swiglu");
+  Tensor y = new_tensor(gate.shape(), DType::bf16);
+  check_launch(kernels::launch_swiglu(gate.data(), up.data(), gate.numel(), y.data(), stream()), "swiglu");
+  return y;
+}
+
+Tensor CudaOps::gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
+                                int64_t gdn_layer) {
+  check_step(plan, "gdn_conv1d_silu");
+  check_cuda_tensor(mixed_qkv, DType::bf16, "gdn_conv1d_silu input");
+  const int64_t C = mixed_qkv.dim(-1);
+  DI_CHECK(C == config_.gdn_conv_dim(), "gdn_conv1d_silu: {} channels, the config has {}", C, config_.gdn_conv_dim());
+  DI_CHECK(gdn_layer >= 0 && gdn_layer < gdn_layers_, "gdn_conv1d_silu: GDN layer {} of {}", gdn_layer, gdn_layers_);
+  Tensor y = new_tensor(mixed_qkv.shape(), DType::bf16);
+  gdn::ConvParams p{.x = mixed_qkv.data(), .weight = device_param_f32(conv_weight, "conv1d"),
+                    .conv_state = conv_pool(gdn_layer), .cu_seqlens = step_->cu_seqlens,
+                    .token_seq = step_->token_seq, .seq_slot = step_->seq_slot, .out = y.data(),
+                    .tokens = step_->n_tokens, .num_seqs = step_->num_seqs, .channels = int32_t(C),
+                    .kernel = int32_t(config_.linear_conv_kernel_dim)};
+  check_launch(gdn::launch_conv1d_silu(p, stream()), "conv1d_silu");
+  return y;
+}
+
+Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                               const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) {
+  check_step(plan, "gdn_delta_rule");
+  check_cuda_tensor(qkv, DType::bf16, "gdn_delta_rule qkv");
+  check_same_shape(a, b, "gdn_delta_rule gates");
+  const ModelConfig& c = config_;
+  const int64_t N = step_->n_tokens, Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  DI_CHECK(qkv.numel() == N * c.gdn_conv_dim(), "gdn_delta_rule: qkv of shape {} for {} tokens", shape_str(qkv.shape()), N);
+  DI_CHECK(gdn_layer >= 0 && gdn_layer < gdn_layers_, "gdn_delta_rule: GDN layer {} of {}", gdn_layer, gdn_layers_);
+  const float scale = 1.0f / std::sqrt(float(dk));
+  Tensor out = new_tensor({N, Hv * dv}, DType::bf16);
+  if (step_->decode) {
+    // One token per sequence on a populated state: the recurrent step, gates and norms fused.
+    gdn::GdnDecodeParams p{};
+    p.geometry = gdn_geometry(c);
+    p.state_layout = options_.state_layout;
+    p.num_seqs = step_->num_seqs;
+    p.qkv = qkv.data();
+    p.qkv_row_stride = c.gdn_conv_dim();
+    p.a = a.data();
+    p.b = b.data();
+    p.A_log = device_param_f32(A_log, "A_log");
+    p.dt_bias = device_param_f32(dt_bias, "dt_bias");
+    p.state = recurrent_pool(gdn_layer);
+    p.state_indices = step_->seq_slot;
+    p.out = out.data();
+    p.scale = scale;
+    check_launch(gdn::launch_gdn_decode_step(p, stream()), "gdn_decode_step");
+    return out;
+  }
+  // Prefill (and mixed steps): q, k normalised, gates, then the chunked delta rule through the
+  // dispatched backend, reading and writing each sequence's slot state in place.
+  Tensor q = new_tensor({N, Hk, dk}, DType::bf16), k = new_tensor({N, Hk, dk}, DType::bf16);
+  Tensor v = new_tensor({N, Hv, dv}, DType::bf16);
+  Tensor g = new_tensor({N, Hv}, DType::f32), beta = new_tensor({N, Hv}, DType::f32);
+  gdn::PrefillInputParams prep{.qkv = qkv.data(), .a = a.data(), .b = b.data(),
+                               .A_log = device_param_f32(A_log, "A_log"),
+                               .dt_bias = device_param_f32(dt_bias, "dt_bias"), .q = q.data(), .k = k.data(),
+                               .v = v.data(), .g = g.as<float>(), .beta = beta.as<float>(), .tokens = N,
+                               .num_k_heads = int32_t(Hk), .num_v_heads = int32_t(Hv), .k_dim = int32_t(dk),
+                               .v_dim = int32_t(dv)};
+  check_launch(gdn::launch_prefill_inputs(prep, stream()), "gdn_prefill_inputs");
+  di_gdn_prefill_args args{};
+  args.abi_version = DI_GDN_ABI_VERSION;
+  args.geometry = gdn_geometry(c);
+  args.state_layout = options_.state_layout;
+  args.num_seqs = step_->num_seqs;
+  args.total_tokens = N;
+  args.scale = scale;
+  args.cu_seqlens = step_->cu_seqlens;
+  args.q = q.data();
+  args.k = k.data();
+  args.v = v.data();
+  args.g = g.as<float>();
+  args.beta = beta.as<float>();
+  args.initial_state = recurrent_pool(gdn_layer);
+  args.final_state = recurrent_pool(gdn_layer);
+  args.state_indices = step_->seq_slot;
+  args.out = out.data();
+  const int status = gdn_backend_->run(&args, gdn_scratch_.data(), gdn_scratch_.size(),
+                                       reinterpret_cast<di_gdn_stream>(stream()));
+  DI_CHECK(status == DI_GDN_OK, "GDN prefill backend '{}' failed with status {} on {} sequences of {} tokens",
+           gdn_backend_->name, status, step_->num_seqs, N);
+  return out;
+}
+
+Tensor CudaOps::gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) {
+  check_same_shape(o, z, "gated_rms_norm");
+  const int64_t dim = weight.numel();
+  Tensor y = new_tensor(o.shape(), DType::bf16);
+  kernels::GatedRmsNormParams p{.x = o.data(), .z = z.data(), .weight = device_param_f32(weight, "gated norm"),
+                                .out = y.data(), .rows = o.numel() / dim, .dim = dim, .eps = float(eps)};
+  check_launch(kernels::launch_gated_rms_norm(p, stream()), "gated_rms_norm");
+  return y;
+}
+
+void CudaOps::split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) {
+  const int64_t width = q_and_gate.dim(-1), N = q_and_gate.numel() / width, heads = width / (2 * head_dim);
+  DI_CHECK(heads * 2 * head_dim == width, "split_q_gate: width {} is not heads x 2 x {}", width, head_dim);
+  q = new_tensor({N, heads * head_dim}, DType::bf16);
+  gate = new_tensor({N, heads * head_dim}, DType::bf16);
+  check_launch(kernels::launch_split_q_gate(q_and_gate.data(), N, heads, head_dim, q.data(), gate.data(), stream()),
+               "split_q_gate");
+}
+
+void CudaOps::rope(Tensor& q, Tensor& k, const BatchPlan& plan, int64_t head_dim, int64_t rotary_dim, double theta) {
+  check_step(plan, "rope");
+  const int64_t N = plan.n_tokens();
+  for (Tensor* x : {&q, &k}) {
+    kernels::RopeParams p{.x = x->data(), .positions = step_->positions, .tokens = N,
+                          .heads = x->numel() / (N * head_dim), .head_dim = head_dim, .rotary_dim = rotary_dim,
+                          .theta = float(theta)};
+    check_launch(kernels::launch_rope(p, stream()), "rope");
+  }
+}
+
+Tensor CudaOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, const BatchPlan& plan,
+                          int64_t attn_layer) {
+  check_step(plan, "attention");
+  const ModelConfig& c = config_;
+  const int64_t D = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_kv_heads, N = step_->n_tokens;
+  DI_CHECK(attn_layer >= 0 && attn_layer < attn_layers_, "attention: layer {} of {}", attn_layer, attn_layers_);
+  const size_t layer_elems = size_t(kv_blocks_ * options_.kv_block_size * Hkv * D);
+  uint16_t* k_cache = k_cache_.data() + size_t(attn_layer) * layer_elems;
+  uint16_t* v_cache = v_cache_.data() + size_t(attn_layer) * layer_elems;
+  attention::PagedKvCache kv{.k = k_cache, .v = v_cache, .block_table = step_->block_table,
+                             .block_size = options_.kv_block_size, .max_blocks_per_seq = step_->max_blocks,
+                             .num_kv_heads = int(Hkv), .head_dim = int(D)};
+  // Append this step's keys and values, then attend over the cache.
+  attention::KvAppendParams append{.cache = kv, .k = static_cast<const uint16_t*>(k.data()),
+                                   .v = static_cast<const uint16_t*>(v.data()), .token_seq = step_->token_seq,
+                                   .token_pos = step_->positions, .num_tokens = int(N)};
+  check_launch(attention::launch_kv_append(append, stream()), "kv_append");
+  Tensor out = new_tensor({N, Hq * D}, DType::bf16);
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  if (step_->decode) {
+    attention::DecodeParams p{.cache = kv, .q = static_cast<const uint16_t*>(q.data()), .out = out.as<uint16_t>(),
+                              .kv_lens = step_->kv_lens, .num_seqs = step_->num_seqs, .num_q_heads = int(Hq),
+                              .num_splits = step_->decode_splits, .scale = scale,
+                              .workspace = step_->attention_workspace.data(),
+                              .workspace_bytes = step_->attention_workspace.nbytes()};
+    if (const std::string why = attention::decode_params_error(p); !why.empty()) fail("decode attention: {}", why);
+    check_launch(attention::launch_decode_attention(p, stream()), "decode_attention");
+  } else {
+    attention::PrefillParams p{.cache = kv, .q = static_cast<const uint16_t*>(q.data()), .out = out.as<uint16_t>(),
+                               .cu_seqlens_q = step_->cu_seqlens, .kv_lens = step_->kv_lens,
+                               .tile_seq = step_->tile_seq, .tile_q_start = step_->tile_q_start,
+                               .num_tiles = step_->attention_plan.num_tiles(), .num_q_heads = int(Hq),
+                               .scale = scale};
+    if (const std::string why = attention::prefill_params_error(p); !why.empty()) fail("prefill attention: {}", why);
+    check_launch(attention::launch_prefill_attention(p, stream()), "prefill_attention");
+  }
+  return out;
+}
+
+Tensor CudaOps::sigmoid_gate(const Tensor& x, const Tensor& gate) {
+  check_same_shape(x, gate, "sigmoid_gate");
+  Tensor y = new_tensor(x.shape(), DType::bf16);
+  check_launch(kernels::launch_sigmoid_gate(x.data(), gate.data(), x.numel(), y.data(), stream()), "sigmoid_gate");
+  return y;
+}
+
+std::vector<float> CudaOps::to_host(const Tensor& x) {
+  DI_CHECK(x.defined() && x.device() == Device::cuda, "CudaOps::to_host: not a device tensor");
+  std::vector<float> host(size_t(x.numel()));
+  if (x.dtype() == DType::f32) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(host.data(), x.data(), x.nbytes(), cudaMemcpyDeviceToHost, stream()));
+  } else {
+    DI_CHECK(x.dtype() == DType::bf16, "CudaOps::to_host: dtype {} not supported", dtype_name(x.dtype()));
+    Tensor f = new_tensor(x.shape(), DType::f32);
+    check_launch(kernels::launch_bf16_to_f32(x.data(), x.numel(), f.as<float>(), stream()), "bf16_to_f32");
+    DI_CUDA_CHECK(cudaMemcpyAsync(host.data(), f.data(), f.nbytes(), cudaMemcpyDeviceToHost, stream()));
+  }
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  return host;
+}
+
+std::vector<float> CudaOps::conv_state(int slot, int64_t gdn_layer) {
+  DI_CHECK(slot >= 0 && slot < options_.max_slots && gdn_layer >= 0 && gdn_layer < gdn_layers_,
+           "conv_state: slot {} / GDN layer {} out of range", slot, gdn_layer);
+  const size_t n = size_t(config_.gdn_conv_dim() * config_.linear_conv_kernel_dim);
+  std::vector<uint16_t> bits(n);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  DI_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<uint16_t*>(conv_pool(gdn_layer)) + size_t(slot) * n, n * 2,
+                           cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(bits[i]);
+  return out;
+}
+
+std::vector<float> CudaOps::recurrent_state(int slot, int64_t gdn_layer) {
+  DI_CHECK(slot >= 0 && slot < options_.max_slots && gdn_layer >= 0 && gdn_layer < gdn_layers_,
+           "recurrent_state: slot {} / GDN layer {} out of range", slot, gdn_layer);
+  const ModelConfig& c = config_;
+  const int64_t Hv = c.linear_num_value_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  const size_t n = size_t(Hv * dk * dv);
+  std::vector<float> raw(n);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  DI_CUDA_CHECK(cudaMemcpy(raw.data(), recurrent_pool(gdn_layer) + size_t(slot) * n, n * 4, cudaMemcpyDeviceToHost));
+  if (options_.state_layout == DI_GDN_STATE_KV) return raw;
+  std::vector<float> kv(n);  // [H, V, K] -> [H, K, V]
+  for (int64_t h = 0; h < Hv; ++h)
+    for (int64_t i = 0; i < dk; ++i)
+      for (int64_t j = 0; j < dv; ++j) kv[size_t((h * dk + i) * dv + j)] = raw[size_t((h * dv + j) * dk + i)];
+  return kv;
+}
+
+}  // namespace di

@@ -1,0 +1,120 @@
+#pragma once
+// The CUDA implementation of Ops: bf16 activations on the GPU, rounded where transformers' bf16 run
+// rounds (as CpuOps in Precision::bf16), so that the two can be compared op by op.
+//
+// It owns the model's weights on the device (uploaded once; small parameters as float32), the
+// state of every slot (the conv state and float32 recurrent state of each GDN layer, and a paged KV
+// cache for the attention layers), and the per-step batch metadata, built once in begin_step and
+// read by every layer. It lives in engine/ rather than kernels/ because it composes the kernels
+// layer and the gdn layer (the GDN prefill dispatch).
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <deltainfer/gdn.h>
+
+#include "core/cuda.h"
+#include "kernels/gemm/cuda_gemm.h"
+#include "kernels/ops.h"
+#include "model/weights.h"
+
+namespace di {
+
+struct CudaOpsOptions {
+  int max_slots = 8;                 // sequences that can be live at once
+  int64_t kv_cache_tokens = 0;       // KV cache capacity in tokens, all slots together (0: 32768 per slot)
+  int kv_block_size = 64;            // tokens per KV block
+  std::string gdn_prefill_backend;   // empty: production dispatch; otherwise a backend name (forced)
+  di_gdn_state_layout state_layout = DI_GDN_STATE_KV;
+};
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(const ModelConfig& config, const ModelWeights& weights, const CudaOpsOptions& options = {});
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  int alloc_slot() override;
+  void free_slot(int slot) override;
+  void begin_step(const BatchPlan& plan) override;
+
+  Tensor embed(const TensorView& table, const BatchPlan& plan) override;
+  Tensor rms_norm(const Tensor& x, const TensorView& weight, double eps) override;
+  Tensor add(const Tensor& a, const Tensor& b) override;
+  Tensor linear(const Tensor& x, const TensorView& weight) override;
+  Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) override;
+  Tensor swiglu(const Tensor& gate, const Tensor& up) override;
+
+  Tensor gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
+                         int64_t gdn_layer) override;
+  Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                        const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) override;
+  Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) override;
+
+  void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) override;
+  void rope(Tensor& q, Tensor& k, const BatchPlan& plan, int64_t head_dim, int64_t rotary_dim,
+            double theta) override;
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const BatchPlan& plan,
+                   int64_t attn_layer) override;
+  Tensor sigmoid_gate(const Tensor& x, const Tensor& gate) override;
+
+  std::vector<float> to_host(const Tensor& x) override;
+
+  // A host float32 tensor as a device bf16 tensor (tests and tools feed ops this way).
+  Tensor upload_bf16(const std::vector<float>& values, Shape shape);
+  // A slot's state as float32: conv [C, K] and recurrent [Hv, dk, dv] of one GDN layer.
+  std::vector<float> conv_state(int slot, int64_t gdn_layer);
+  std::vector<float> recurrent_state(int slot, int64_t gdn_layer);
+
+  cudaStream_t stream() const;
+  const di_gdn_prefill_backend& gdn_prefill_backend() const { return *gdn_backend_; }
+  const cuda::DeviceInfo& device() const { return device_; }
+  // Device bytes held for weights, states and the KV cache (activations come and go).
+  size_t resident_bytes() const { return resident_bytes_; }
+
+ private:
+  struct Stream;
+  struct Slot {
+    bool live = false;
+    int64_t n_cached = 0;          // tokens in its state and KV cache
+    std::vector<int32_t> blocks;   // KV blocks in order
+  };
+  struct Step;  // the device metadata of the current step
+
+  Tensor new_tensor(Shape shape, DType dtype);
+  const void* device_weight(const TensorView& w, const char* what) const;
+  const float* device_param_f32(const TensorView& w, const char* what) const;
+  void upload_weights(const ModelWeights& weights);
+  void check_step(const BatchPlan& plan, const char* op) const;
+  bool step_is_decode() const;
+  float* recurrent_pool(int64_t gdn_layer) const;
+  void* conv_pool(int64_t gdn_layer) const;
+
+  ModelConfig config_;
+  CudaOpsOptions options_;
+  cuda::DeviceInfo device_;
+  std::shared_ptr<Stream> stream_;
+  kernels::CublasLtGemm gemm_;
+  const di_gdn_prefill_backend* gdn_backend_ = nullptr;
+
+  // Weights by host address (a TensorView of the mapped checkpoint) -> device copy.
+  std::unordered_map<const void*, cuda::DeviceBuffer<uint16_t>> weights_bf16_;
+  std::unordered_map<const void*, cuda::DeviceBuffer<float>> params_f32_;
+
+  int64_t gdn_layers_ = 0, attn_layers_ = 0;
+  cuda::DeviceBuffer<uint16_t> conv_states_;      // bf16 [gdn_layers, slots, C, K]
+  cuda::DeviceBuffer<float> recurrent_states_;    // f32 [gdn_layers, slots, Hv, dk, dv] (or [.., dv, dk])
+  cuda::DeviceBuffer<uint16_t> k_cache_, v_cache_;  // bf16 [attn_layers, blocks, block_size, Hkv, D]
+  int64_t kv_blocks_ = 0;
+  std::vector<int32_t> free_blocks_;
+  std::vector<Slot> slots_;
+  std::unique_ptr<Step> step_;
+  cuda::DeviceBuffer<uint8_t> gdn_scratch_;
+  size_t resident_bytes_ = 0;
+};
+
+}  // namespace di

@@ -1,0 +1,43 @@
+#pragma once
+// The GDN decode step: one new token per sequence, with the q/k L2 norms and the gates fused in.
+// Per sequence and value head h (key head h / (Hv/Hk)), state S [K, V] in a float32 slot pool:
+//   q = q_raw * rsqrt(|q_raw|^2 + 1e-6),  k likewise                 (float32, not rounded)
+//   g = -exp(A_log[h]) * softplus(a + dt_bias[h]),  beta = bf16(sigmoid(b))   (kernels/gdn/prep_ref.h)
+//   S <- exp(g) S;   v' = beta (v - Sᵀ k);   S <- S + k v'ᵀ;   o = scale Sᵀ q
+// Serves K == V == 128 (any Hk, Hv with Hv % Hk == 0), both state layouts of include/deltainfer/gdn.h.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <deltainfer/gdn.h>
+
+namespace di::gdn {
+
+struct GdnDecodeParams {
+  di_gdn_geometry geometry;
+  di_gdn_state_layout state_layout;
+  int32_t num_seqs;
+  // bf16 [num_seqs, row]: the conv + SiLU output row of each sequence, [q (Hk*K) | k (Hk*K) | v (Hv*V)],
+  // q and k not yet normalised. qkv_row_stride counts elements (bf16) between sequences' rows.
+  const void* qkv;
+  int64_t qkv_row_stride;
+  const void* a;  // bf16 [num_seqs, Hv] raw projections
+  const void* b;  // bf16 [num_seqs, Hv]
+  const float* A_log;    // f32 [Hv]
+  const float* dt_bias;  // f32 [Hv]
+  // f32 pool [slots, Hv, K, V] or [slots, Hv, V, K], updated in place. state_indices: int32 [num_seqs],
+  // the slot of sequence i (NULL: slot i); a negative entry marks a padding row: its state is neither
+  // read nor written and its output is zero.
+  float* state;
+  const int32_t* state_indices;
+  void* out;    // bf16 [num_seqs, Hv, V]
+  float scale;  // usually K^-0.5
+};
+
+// Enqueues the step on the stream. cudaErrorInvalidValue (nothing launched) for an unsupported
+// geometry or layout, a negative count, a NULL pointer that must be set, or pointers that break the
+// vector accesses: qkv and out 8-byte aligned with qkv_row_stride a multiple of 4, state 16-byte
+// aligned. Otherwise the launch status. No host synchronisation, no allocation.
+cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream);
+
+}  // namespace di::gdn

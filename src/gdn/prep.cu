@@ -1,0 +1,101 @@
+#include "gdn/prep.h"
+#include "kernels/cuda_common.cuh"
+
+namespace di::gdn {
+
+using kernels::bf16;
+using kernels::round_bf16;
+using kernels::to_bf16;
+using kernels::to_f32;
+
+namespace {
+
+constexpr int kMaxConvKernel = 8;
+
+// Input i of a sequence's context [state (K) | x (n)] for channel c.
+__device__ __forceinline__ float conv_context(const ConvParams& p, const bf16* state, int64_t first, int64_t i,
+                                              int32_t c) {
+  return i < p.kernel ? to_f32(state[int64_t(c) * p.kernel + i])
+                      : to_f32(static_cast<const bf16*>(p.x)[(first + i - p.kernel) * p.channels + c]);
+}
+
+// grid (N, channel blocks): one thread per (token, channel). Reads the old state, writes only out.
+__global__ void conv1d_silu_kernel(ConvParams p) {
+  const int64_t t = blockIdx.x;
+  const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= p.channels) return;
+  const int32_t s = p.token_seq[t];
+  const int64_t first = p.cu_seqlens[s];
+  const bf16* state = static_cast<const bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+  const int64_t i = t - first;  // index within the sequence's piece
+  // Output i sees the K inputs ending at itself: ctx[i + 1 .. i + K], summed in the reference's order.
+  float acc = 0.0f;
+  for (int32_t j = 0; j < p.kernel; ++j) acc += p.weight[int64_t(c) * p.kernel + j] * conv_context(p, state, first, i + 1 + j, c);
+  static_cast<bf16*>(p.out)[t * p.channels + c] = to_bf16(kernels::silu(round_bf16(acc)));
+}
+
+// grid (num_seqs, channel blocks): the state becomes ctx[n .. n + K - 1]. Each thread reads all K
+// old values of its channel before writing, so the update is safe in place.
+__global__ void conv_state_update_kernel(ConvParams p) {
+  const int32_t s = blockIdx.x;
+  const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= p.channels) return;
+  const int64_t first = p.cu_seqlens[s], n = p.cu_seqlens[s + 1] - first;
+  bf16* state = static_cast<bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+  float next[kMaxConvKernel];
+  for (int32_t j = 0; j < p.kernel; ++j) next[j] = conv_context(p, state, first, n + j, c);
+  for (int32_t j = 0; j < p.kernel; ++j) state[int64_t(c) * p.kernel + j] = to_bf16(next[j]);
+}
+
+// One block per token, one warp per head: q and k rows L2-normalised (x / sqrt(sum x^2 + 1e-6)), v
+// copied, gates computed by the first Hv threads.
+__global__ void prefill_inputs_kernel(PrefillInputParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t qk_width = int64_t(p.num_k_heads) * p.k_dim, v_width = int64_t(p.num_v_heads) * p.v_dim;
+  const bf16* row = static_cast<const bf16*>(p.qkv) + t * (2 * qk_width + v_width);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int head = warp; head < 2 * p.num_k_heads; head += warps) {  // heads of q, then of k
+    const bf16* src = row + int64_t(head) * p.k_dim;
+    float sum = 0.0f;
+    for (int i = lane; i < p.k_dim; i += 32) {
+      const float x = to_f32(src[i]);
+      sum += x * x;
+    }
+    const float inv = 1.0f / sqrtf(kernels::warp_sum(sum) + 1e-6f);
+    const bool is_q = head < p.num_k_heads;
+    bf16* dst = static_cast<bf16*>(is_q ? p.q : p.k) + t * qk_width + int64_t(is_q ? head : head - p.num_k_heads) * p.k_dim;
+    for (int i = lane; i < p.k_dim; i += 32) dst[i] = to_bf16(to_f32(src[i]) * inv);
+  }
+  const bf16* v_src = row + 2 * qk_width;
+  bf16* v_dst = static_cast<bf16*>(p.v) + t * v_width;
+  for (int64_t i = threadIdx.x; i < v_width; i += blockDim.x) v_dst[i] = v_src[i];
+  for (int h = threadIdx.x; h < p.num_v_heads; h += blockDim.x) {
+    const float a = to_f32(static_cast<const bf16*>(p.a)[t * p.num_v_heads + h]);
+    const float b = to_f32(static_cast<const bf16*>(p.b)[t * p.num_v_heads + h]);
+    p.g[t * p.num_v_heads + h] = -expf(p.A_log[h]) * kernels::softplus(a + p.dt_bias[h]);
+    p.beta[t * p.num_v_heads + h] = round_bf16(kernels::sigmoid(b));
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_conv1d_silu(const ConvParams& p, cudaStream_t stream) {
+  if (p.tokens < 0 || p.num_seqs < 0 || p.channels <= 0 || p.kernel <= 0 || p.kernel > kMaxConvKernel || !p.x ||
+      !p.weight || !p.conv_state || !p.cu_seqlens || !p.token_seq || !p.seq_slot || !p.out)
+    return cudaErrorInvalidValue;
+  const unsigned channel_blocks = kernels::ceil_div(p.channels, 256);
+  if (p.tokens > 0) conv1d_silu_kernel<<<dim3(unsigned(p.tokens), channel_blocks), 256, 0, stream>>>(p);
+  if (p.num_seqs > 0) conv_state_update_kernel<<<dim3(unsigned(p.num_seqs), channel_blocks), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_prefill_inputs(const PrefillInputParams& p, cudaStream_t stream) {
+  if (p.tokens < 0 || p.num_k_heads <= 0 || p.num_v_heads <= 0 || p.k_dim <= 0 || p.v_dim <= 0 || !p.qkv || !p.a ||
+      !p.b || !p.A_log || !p.dt_bias || !p.q || !p.k || !p.v || !p.g || !p.beta)
+    return cudaErrorInvalidValue;
+  if (p.tokens == 0) return cudaSuccess;
+  prefill_inputs_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace di::gdn

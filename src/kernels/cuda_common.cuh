@@ -1,0 +1,43 @@
+#pragma once
+// Device helpers shared by the kernel families: bf16 conversion, warp and block reductions, the
+// activation functions in the exact form the CPU reference uses.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::kernels {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+// Round a float32 to the nearest bf16 value and back: where the reference rounds.
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Precise expf/logf (no fast-math intrinsics), so values agree with the host reference to an ulp.
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // partial[] may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float total = lane < warps ? partial[lane] : 0.0f;
+  return warp_sum(total);
+}
+
+inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+}  // namespace di::kernels

@@ -1,0 +1,73 @@
+#include "kernels/gemm/cuda_gemm.h"
+
+#include "core/cuda.h"
+#include "core/error.h"
+
+namespace di::kernels {
+
+namespace {
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt: {} failed: {} ({})", what, cublasLtGetStatusString(status),
+                                            cublasLtGetStatusName(status));
+}
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+  if (workspace_bytes_ > 0) DI_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  for (auto& [shape, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.w);
+    cublasLtMatrixLayoutDestroy(p.x);
+    cublasLtMatrixLayoutDestroy(p.y);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+// cuBLASLt is column-major. Row-major y [M, N] is column-major y^T [N, M], so we compute
+// y^T = w · x^T: A = w (stored as column-major [K, N], used transposed), B = x^T (column-major
+// [K, M]), C = D = y^T (column-major [N, M]).
+const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K) {
+  const auto key = std::make_tuple(M, N, K);
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  Plan p;
+  check_cublas(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+               "TRANSA");
+  check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)), "TRANSB");
+  check_cublas(cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, uint64_t(K), uint64_t(N), K), "weight layout");
+  check_cublas(cublasLtMatrixLayoutCreate(&p.x, CUDA_R_16BF, uint64_t(K), uint64_t(M), K), "input layout");
+  check_cublas(cublasLtMatrixLayoutCreate(&p.y, CUDA_R_16BF, uint64_t(N), uint64_t(M), N), "output layout");
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                    sizeof(workspace_bytes_)),
+               "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check_cublas(status, "algorithm heuristic");
+  if (found == 0) fail("cuBLASLt has no algorithm for a bf16 GEMM of M={} N={} K={}", M, N, K);
+  p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void CublasLtGemm::linear(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  DI_CHECK(M >= 0 && N > 0 && K > 0, "linear: invalid GEMM shape M={} N={} K={}", M, N, K);
+  if (M == 0) return;
+  const Plan& p = plan_for(M, N, K);
+  const float alpha = 1.0f, beta = 0.0f;
+  check_cublas(cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &p.algo, workspace_,
+                              workspace_bytes_, stream),
+               "bf16 linear");
+}
+
+}  // namespace di::kernels

@@ -1,0 +1,41 @@
+#pragma once
+// GEMMs through cuBLASLt: bf16 operands, float32 accumulation, bf16 result rounded once (the same
+// arithmetic as a bf16 torch.nn.functional.linear). The algorithm for each (M, N, K) is chosen once,
+// from cuBLASLt's heuristic, and reused; the workspace is allocated once.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace di::kernels {
+
+class CublasLtGemm {
+ public:
+  explicit CublasLtGemm(size_t workspace_bytes = size_t(32) << 20);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // y [M, N] = x [M, K] · w [N, K]^T, all row-major bf16 (a linear layer with weight w).
+  void linear(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  size_t cached_plans() const { return plans_.size(); }
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  const Plan& plan_for(int64_t M, int64_t N, int64_t K);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+};
+
+}  // namespace di::kernels

@@ -1,0 +1,75 @@
+#include "kernels/cuda_common.cuh"
+#include "kernels/norm/norm.h"
+
+namespace di::kernels {
+
+namespace {
+
+// One warp per row for short rows (head norms of 128-256), one block per row for the hidden size.
+constexpr int kWarpRowMax = 1024;
+constexpr int kRowsPerWarpBlock = 8;  // warps per block in the warp-per-row form
+
+__device__ __forceinline__ float inv_rms(float sum_sq, int64_t dim, float eps) {
+  return 1.0f / sqrtf(sum_sq / float(dim) + eps);  // not rsqrtf: it is 2 ulp off
+}
+
+template <bool kBlockPerRow>
+__global__ void rms_norm_kernel(RmsNormParams p) {
+  const int64_t row = kBlockPerRow ? blockIdx.x : blockIdx.x * int64_t(kRowsPerWarpBlock) + threadIdx.x / 32;
+  if (row >= p.rows) return;
+  const int lane = kBlockPerRow ? threadIdx.x : threadIdx.x % 32;
+  const int stride = kBlockPerRow ? blockDim.x : 32;
+  const bf16* x = static_cast<const bf16*>(p.x) + row * p.dim;
+  bf16* out = static_cast<bf16*>(p.out) + row * p.dim;
+  float sum = 0.0f;
+  for (int64_t i = lane; i < p.dim; i += stride) {
+    const float v = to_f32(x[i]);
+    sum += v * v;
+  }
+  sum = kBlockPerRow ? block_sum(sum) : warp_sum(sum);
+  const float s = inv_rms(sum, p.dim, p.eps);
+  for (int64_t i = lane; i < p.dim; i += stride) {
+    const float scale = p.zero_centred ? 1.0f + p.weight[i] : p.weight[i];
+    out[i] = to_bf16(to_f32(x[i]) * s * scale);
+  }
+}
+
+__global__ void gated_rms_norm_kernel(GatedRmsNormParams p) {
+  const int64_t row = blockIdx.x * int64_t(kRowsPerWarpBlock) + threadIdx.x / 32;
+  if (row >= p.rows) return;
+  const int lane = threadIdx.x % 32;
+  const bf16* x = static_cast<const bf16*>(p.x) + row * p.dim;
+  const bf16* z = static_cast<const bf16*>(p.z) + row * p.dim;
+  bf16* out = static_cast<bf16*>(p.out) + row * p.dim;
+  float sum = 0.0f;
+  for (int64_t i = lane; i < p.dim; i += 32) {
+    const float v = to_f32(x[i]);
+    sum += v * v;
+  }
+  const float s = inv_rms(warp_sum(sum), p.dim, p.eps);
+  for (int64_t i = lane; i < p.dim; i += 32) {
+    const float n = round_bf16(p.weight[i] * round_bf16(to_f32(x[i]) * s));
+    out[i] = to_bf16(n * silu(to_f32(z[i])));
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.dim <= 0 || !p.x || !p.weight || !p.out) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  if (p.dim > kWarpRowMax)
+    rms_norm_kernel<true><<<unsigned(p.rows), 256, 0, stream>>>(p);
+  else
+    rms_norm_kernel<false><<<ceil_div(p.rows, kRowsPerWarpBlock), 32 * kRowsPerWarpBlock, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gated_rms_norm(const GatedRmsNormParams& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.dim <= 0 || !p.x || !p.z || !p.weight || !p.out) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  gated_rms_norm_kernel<<<ceil_div(p.rows, kRowsPerWarpBlock), 32 * kRowsPerWarpBlock, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace di::kernels

@@ -1,0 +1,38 @@
+#include "kernels/cuda_common.cuh"
+#include "kernels/rope/rope.h"
+
+namespace di::kernels {
+
+namespace {
+
+// One block per token; each thread owns one rotation pair (i, i + half) of one head.
+__global__ void rope_kernel(RopeParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t half = p.rotary_dim / 2;
+  const float pos = float(p.positions[t]);
+  bf16* x = static_cast<bf16*>(p.x) + t * p.heads * p.head_dim;
+  for (int64_t j = threadIdx.x; j < p.heads * half; j += blockDim.x) {
+    const int64_t h = j / half, i = j % half;
+    // inv_freq = 1 / theta^(2i / rotary_dim) in float32, as transformers computes it.
+    const float inv_freq = 1.0f / powf(p.theta, float(2 * i) / float(p.rotary_dim));
+    const float angle = pos * inv_freq;
+    const float c = round_bf16(cosf(angle)), s = round_bf16(sinf(angle));
+    bf16* v = x + h * p.head_dim;
+    const float a = to_f32(v[i]), b = to_f32(v[i + half]);
+    v[i] = to_bf16(round_bf16(a * c) + round_bf16(-b * s));
+    v[i + half] = to_bf16(round_bf16(b * c) + round_bf16(a * s));
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
+  if (p.tokens < 0 || p.heads <= 0 || p.rotary_dim <= 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim ||
+      !p.x || !p.positions)
+    return cudaErrorInvalidValue;
+  if (p.tokens == 0) return cudaSuccess;
+  rope_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace di::kernels

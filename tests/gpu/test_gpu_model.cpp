@@ -1,0 +1,205 @@
+// The GPU engine end to end on the tiny model and on the full 4B geometry:
+//   - every named intermediate of a forward pass, GPU against the CPU reference in bf16;
+//   - a 3000-token prompt prefilled in pieces of 1, 63, 64, 65 and 512 tokens against one piece
+//     (the logits, and the conv and recurrent state of every GDN layer);
+//   - sequences batched together (prefill, then decode) against each run alone;
+//   - the 4b-geometry preset, all 32 layers, prefilling 2048 tokens and decoding 128.
+// The GPU runs bf16 activations; two bf16 runs that sum in different orders (chunking, GEMM
+// blocking) differ by rounding flips that spread through the layers, so whole-model comparisons use
+// the tolerance rows written for that (kGoldenBf16Logit for logits, kBf16RunState for states).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "engine/cuda_ops.h"
+#include "engine/sequence.h"
+#include "gpu/gpu_test.h"
+#include "model/tiny_model.h"
+#include "support/seed.h"
+#include "support/tiny_model_fixture.h"
+#include "support/tolerance.h"
+
+namespace di {
+namespace {
+
+using testing::all_close;
+
+std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> id(0, 248043);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (auto& t : out) t = id(rng);
+  return out;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+class GpuModel : public testing::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    seed_ = testing::fresh_seed();
+    rng_.seed(seed_);
+  }
+  const LoadedModel& tiny() const { return testing::tiny_model(); }
+  uint32_t seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+// Layer by layer, the GPU against the CPU bf16 reference: a table of the largest difference of
+// every named intermediate, and the logits within the bf16 run-to-run tolerance.
+TEST_F(GpuModel, EveryIntermediateTracksTheCpuReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  Qwen35Model model(tiny().config, tiny().weights);
+  CpuOps cpu(tiny().config, Precision::bf16);
+  CudaOps gpu(tiny().config, tiny().weights);
+  const std::vector<int32_t> tokens = random_tokens(200, rng_);
+  std::map<std::string, std::vector<float>> cpu_values;
+  std::vector<std::string> order;
+  model.observer = [&](const std::string& name, const Tensor& t) {
+    cpu_values[name] = cpu.to_host(t);
+    order.push_back(name);
+  };
+  Sequence cs(model, cpu);
+  const std::vector<float> cpu_logits = cs.feed(tokens, true);
+  std::printf("%-28s %12s %12s\n", "intermediate", "max |gpu-cpu|", "max |cpu|");
+  model.observer = [&](const std::string& name, const Tensor& t) {
+    const std::vector<float> g = gpu.to_host(t);
+    const std::vector<float>& c = cpu_values.at(name);
+    ASSERT_EQ(g.size(), c.size()) << name;
+    double err = 0;
+    for (size_t i = 0; i < g.size(); ++i) err = std::max(err, double(std::fabs(g[i] - c[i])));
+    std::printf("%-28s %12.4g %12.4g\n", name.c_str(), err, max_abs(c));
+  };
+  Sequence gs(model, gpu);
+  const std::vector<float> gpu_logits = gs.feed(tokens, true);
+  EXPECT_TRUE(all_close(gpu_logits, cpu_logits, testing::kGoldenBf16Logit, "logits of 200 tokens"));
+}
+
+// A 3000-token prompt prefilled in pieces equals one piece: logits and every GDN layer's state.
+TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const ModelConfig& c = tiny().config;
+  Qwen35Model model(c, tiny().weights);
+  CudaOps gpu(c, tiny().weights, CudaOpsOptions{.max_slots = 2});
+  const std::vector<int32_t> tokens = random_tokens(3000, rng_);
+  Sequence whole(model, gpu);
+  const std::vector<float> whole_logits = whole.feed(tokens);
+  const int64_t gdn_layers = c.num_layers_of(LayerKind::linear_attention);
+  for (int64_t piece : {1, 63, 64, 65, 512}) {
+    SCOPED_TRACE("pieces of " + std::to_string(piece));
+    Sequence pieces(model, gpu);
+    std::vector<float> logits;
+    for (size_t i = 0; i < tokens.size(); i += size_t(piece))
+      logits = pieces.feed(std::span<const int32_t>(tokens).subspan(i, std::min(tokens.size() - i, size_t(piece))));
+    EXPECT_TRUE(all_close(logits, whole_logits, testing::kGoldenBf16Logit, "last-token logits"));
+    for (int64_t l = 0; l < gdn_layers; ++l) {
+      const std::string layer = "GDN layer " + std::to_string(l);
+      // Layer 0 sees identical inputs in both runs: its conv state is the same bf16 values, and its
+      // recurrent state differs only by float32 summation order. Deeper layers see rounding flips.
+      const std::vector<float> conv_w = gpu.conv_state(whole.slot(), l), conv_p = gpu.conv_state(pieces.slot(), l);
+      const std::vector<float> rec_w = gpu.recurrent_state(whole.slot(), l),
+                               rec_p = gpu.recurrent_state(pieces.slot(), l);
+      if (l == 0) {
+        EXPECT_TRUE(all_close(conv_p, conv_w, testing::kExactF32, layer + " conv state"));
+        EXPECT_TRUE(all_close(rec_p, rec_w, testing::kF32ChunkingState, layer + " recurrent state"));
+      } else {
+        EXPECT_TRUE(all_close(conv_p, conv_w, testing::kBf16RunState, layer + " conv state"));
+        EXPECT_TRUE(all_close(rec_p, rec_w, testing::kBf16RunState, layer + " recurrent state"));
+      }
+    }
+  }
+}
+
+// Sequences of different lengths prefilled in one batch, then decoded together, give each
+// sequence's logits alone.
+TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const ModelConfig& c = tiny().config;
+  Qwen35Model model(c, tiny().weights);
+  CudaOps gpu(c, tiny().weights, CudaOpsOptions{.max_slots = 8});
+  const std::vector<int64_t> lengths = {1, 63, 64, 65, 300};
+  const int64_t vocab = c.vocab_size, decode_steps = 5;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t n : lengths) prompts.push_back(random_tokens(n + decode_steps, rng_));
+
+  // Alone: prefill the prompt, then feed the decode tokens one at a time.
+  std::vector<std::vector<std::vector<float>>> alone(lengths.size());
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    Sequence seq(model, gpu);
+    alone[s].push_back(seq.feed(std::span<const int32_t>(prompts[s]).first(size_t(lengths[s]))));
+    for (int64_t d = 0; d < decode_steps; ++d)
+      alone[s].push_back(seq.feed(std::span<const int32_t>(prompts[s]).subspan(size_t(lengths[s] + d), 1)));
+  }
+  // Together: one prefill step of all prompts, then decode steps of all sequences.
+  std::vector<int> slots;
+  for (size_t s = 0; s < lengths.size(); ++s) slots.push_back(gpu.alloc_slot());
+  for (int64_t step = 0; step <= decode_steps; ++step) {
+    BatchPlan plan;
+    std::vector<int64_t> rows;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const int64_t n_past = step == 0 ? 0 : lengths[s] + step - 1, n = step == 0 ? lengths[s] : 1;
+      plan.seqs.push_back({plan.n_tokens(), n, n_past, slots[s]});
+      for (int64_t i = 0; i < n; ++i) {
+        plan.token_ids.push_back(prompts[s][size_t(n_past + i)]);
+        plan.positions.push_back(n_past + i);
+      }
+      rows.push_back(plan.n_tokens() - 1);
+    }
+    const std::vector<float> logits = gpu.to_host(model.forward(plan, rows, gpu));
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const std::vector<float> mine(logits.begin() + int64_t(s) * vocab, logits.begin() + int64_t(s + 1) * vocab);
+      EXPECT_TRUE(all_close(mine, alone[s][size_t(step)], testing::kGoldenBf16Logit,
+                            "sequence " + std::to_string(s) + " step " + std::to_string(step)));
+    }
+  }
+  for (int slot : slots) gpu.free_slot(slot);
+}
+
+// The full 4B geometry (32 layers, random weights): 2048 tokens of prefill then 128 greedy decode
+// steps; the last decode step's logits equal a fresh prefill of the whole sequence.
+TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  // The GPU round writes the checkpoint once for this test and the benchmarks (DI_4B_MODEL_DIR).
+  const char* shared = std::getenv("DI_4B_MODEL_DIR");
+  const std::filesystem::path dir = shared ? std::filesystem::path(shared) : testing::fresh_temp_dir("4b");
+  auto t0 = std::chrono::steady_clock::now();
+  if (!shared) write_tiny_model(dir, TinyModelOptions{.preset = "4b-geometry"});
+  const LoadedModel m = load_model(dir);
+  ASSERT_EQ(m.config.num_layers, 32);
+  Qwen35Model model(m.config, m.weights);
+  CudaOps gpu(m.config, m.weights, CudaOpsOptions{.max_slots = 2, .kv_cache_tokens = 8192});
+  std::printf("4b-geometry written, loaded and uploaded in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const std::vector<int32_t> prompt = random_tokens(2048, rng_);
+  GenerateOptions options;
+  options.max_tokens = 128;
+  std::vector<float> last_logits;
+  Sequence seq(model, gpu);
+  std::vector<float> logits = seq.feed(prompt);
+  std::vector<int32_t> all = prompt;
+  for (int64_t step = 0; step < 128; ++step) {
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << "non-finite logit at decode step " << step;
+    const int32_t next = int32_t(argmax(logits.data(), m.config.vocab_size));
+    all.push_back(next);
+    const int32_t one[1] = {next};
+    logits = seq.feed(one);
+  }
+  EXPECT_EQ(seq.n_past(), 2048 + 128);
+  Sequence fresh(model, gpu);
+  const std::vector<float> prefill_logits = fresh.feed(all);
+  EXPECT_TRUE(all_close(logits, prefill_logits, testing::kGoldenBf16Logit,
+                        "logits after 128 decode steps vs a prefill of all 2176 tokens"));
+  if (!shared) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace di

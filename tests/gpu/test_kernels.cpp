@@ -1,0 +1,279 @@
+// The element-wise, norm, rope, GEMM and GDN preparation kernels against their CPU references in
+// Precision::bf16 (the same rounding points), on odd sizes with fresh random inputs and poisoned
+// outputs. Attention, the GDN delta rule and sampling have test files of their own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "gdn/prep.h"
+#include "gpu/gpu_test.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/gdn/prep_ref.h"
+#include "kernels/gemm/cuda_gemm.h"
+#include "kernels/gemm/ref.h"
+#include "kernels/mlp/ref.h"
+#include "kernels/norm/norm.h"
+#include "kernels/norm/ref.h"
+#include "kernels/rope/ref.h"
+#include "kernels/rope/rope.h"
+#include "support/seed.h"
+#include "support/tolerance.h"
+
+namespace di {
+namespace {
+
+using testing::all_close;
+using testing::device_bf16;
+using testing::host_floats;
+using testing::kBf16RoundingFlips;
+using testing::kExactF32;
+using testing::random_bf16_values;
+
+class KernelTest : public testing::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    seed_ = testing::fresh_seed();
+    rng_.seed(seed_);
+  }
+  // An output buffer of n bf16 values, every one NaN.
+  cuda::DeviceBuffer<uint16_t> poisoned_bf16(size_t n) {
+    cuda::DeviceBuffer<uint16_t> b(n);
+    b.fill_bytes(0xFF);
+    return b;
+  }
+  TensorView host_view(const std::vector<float>& v) const { return {v.data(), DType::f32, {int64_t(v.size())}}; }
+
+  uint32_t seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+constexpr int64_t kRows[] = {1, 2, 63, 65, 1000};
+
+TEST_F(KernelTest, RmsNormMatchesReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  for (int64_t dim : {64, 256, 2560, 5120}) {  // warp-per-row (<= 1024) and block-per-row forms
+    for (int64_t rows : kRows) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim));
+      const auto x = random_bf16_values(size_t(rows * dim), rng_, 3.0f);
+      const auto w = random_bf16_values(size_t(dim), rng_, 0.2f);
+      std::vector<float> expected(x.size());
+      ref::rms_norm(x.data(), rows, dim, host_view(w), 1e-6, expected.data(), Precision::bf16);
+      auto dx = device_bf16(x);
+      cuda::DeviceBuffer<float> dw{std::span<const float>(w)};
+      auto out = poisoned_bf16(x.size());
+      kernels::RmsNormParams p{.x = dx.data(), .weight = dw.data(), .out = out.data(), .rows = rows, .dim = dim,
+                               .eps = 1e-6f, .zero_centred = true};
+      ASSERT_EQ(kernels::launch_rms_norm(p, stream_), cudaSuccess);
+      sync();
+      EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "rms_norm"));
+    }
+  }
+}
+
+TEST_F(KernelTest, GatedRmsNormMatchesReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t dim = 128;
+  for (int64_t rows : kRows) {
+    const auto x = random_bf16_values(size_t(rows * dim), rng_, 0.5f);
+    const auto z = random_bf16_values(x.size(), rng_, 2.0f);
+    const auto w = random_bf16_values(size_t(dim), rng_, 1.0f);
+    std::vector<float> expected(x.size());
+    ref::gated_rms_norm(x.data(), z.data(), rows, dim, host_view(w), 1e-6, expected.data(), Precision::bf16);
+    auto dx = device_bf16(x), dz = device_bf16(z);
+    cuda::DeviceBuffer<float> dw{std::span<const float>(w)};
+    auto out = poisoned_bf16(x.size());
+    kernels::GatedRmsNormParams p{.x = dx.data(), .z = dz.data(), .weight = dw.data(), .out = out.data(),
+                                  .rows = rows, .dim = dim, .eps = 1e-6f};
+    ASSERT_EQ(kernels::launch_gated_rms_norm(p, stream_), cudaSuccess);
+    sync();
+    EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "gated_rms_norm rows " + std::to_string(rows)));
+  }
+}
+
+TEST_F(KernelTest, RopeMatchesReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t heads = 16, head_dim = 256, rotary_dim = 64;
+  for (int64_t tokens : kRows) {
+    auto x = random_bf16_values(size_t(tokens * heads * head_dim), rng_);
+    std::vector<int64_t> pos(static_cast<size_t>(tokens));
+    std::uniform_int_distribution<int64_t> any_pos(0, 262143);
+    for (auto& p : pos) p = any_pos(rng_);
+    std::vector<int32_t> pos32(pos.begin(), pos.end());
+    auto dx = device_bf16(x);
+    cuda::DeviceBuffer<int32_t> dpos{std::span<const int32_t>(pos32)};
+    kernels::RopeParams p{.x = dx.data(), .positions = dpos.data(), .tokens = tokens, .heads = heads,
+                          .head_dim = head_dim, .rotary_dim = rotary_dim, .theta = 10000000.0f};
+    ASSERT_EQ(kernels::launch_rope(p, stream_), cudaSuccess);
+    sync();
+    ref::rope(x.data(), tokens, heads, head_dim, rotary_dim, pos.data(), 10000000.0, Precision::bf16);
+    EXPECT_TRUE(all_close(host_floats(dx), x, kBf16RoundingFlips, "rope tokens " + std::to_string(tokens)));
+  }
+}
+
+TEST_F(KernelTest, ElementwiseOpsMatchReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(65537)}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const auto a = random_bf16_values(size_t(n), rng_, 4.0f), b = random_bf16_values(size_t(n), rng_, 4.0f);
+    auto da = device_bf16(a), db = device_bf16(b);
+    auto out = poisoned_bf16(size_t(n));
+    std::vector<float> expected(static_cast<size_t>(n));
+
+    ASSERT_EQ(kernels::launch_add(da.data(), db.data(), n, out.data(), stream_), cudaSuccess);
+    sync();
+    for (int64_t i = 0; i < n; ++i) expected[size_t(i)] = round_bf16(a[size_t(i)] + b[size_t(i)]);
+    EXPECT_TRUE(all_close(host_floats(out), expected, kExactF32, "add"));
+
+    out.fill_bytes(0xFF);
+    ASSERT_EQ(kernels::launch_swiglu(da.data(), db.data(), n, out.data(), stream_), cudaSuccess);
+    sync();
+    ref::swiglu(a.data(), b.data(), n, expected.data(), Precision::bf16);
+    EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "swiglu"));
+
+    out.fill_bytes(0xFF);
+    ASSERT_EQ(kernels::launch_sigmoid_gate(da.data(), db.data(), n, out.data(), stream_), cudaSuccess);
+    sync();
+    for (int64_t i = 0; i < n; ++i)
+      expected[size_t(i)] = round_bf16(a[size_t(i)] * round_bf16(sigmoid(b[size_t(i)])));
+    EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "sigmoid_gate"));
+  }
+}
+
+TEST_F(KernelTest, GatherAndSplitCopyExactly) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t vocab = 1001, width = 72, heads = 3, head_dim = 24;
+  const auto table = random_bf16_values(size_t(vocab * width), rng_);
+  std::vector<int32_t> ids(65);
+  std::uniform_int_distribution<int32_t> any(0, int32_t(vocab - 1));
+  for (auto& id : ids) id = any(rng_);
+  auto dt = device_bf16(table);
+  cuda::DeviceBuffer<int32_t> did{std::span<const int32_t>(ids)};
+  auto out = poisoned_bf16(ids.size() * size_t(width));
+  ASSERT_EQ(kernels::launch_embed_rows(dt.data(), did.data(), int64_t(ids.size()), width, out.data(), stream_),
+            cudaSuccess);
+  sync();
+  std::vector<float> expected;
+  for (int32_t id : ids) expected.insert(expected.end(), table.begin() + id * width, table.begin() + (id + 1) * width);
+  EXPECT_TRUE(all_close(host_floats(out), expected, kExactF32, "embed rows"));
+
+  // split_q_gate on [tokens, heads, 2, head_dim]: the width 72 = 3 heads x 24 of q and of gate.
+  const int64_t tokens = 65;
+  const auto qg = random_bf16_values(size_t(tokens * 2 * heads * head_dim), rng_);
+  auto dqg = device_bf16(qg);
+  auto q = poisoned_bf16(size_t(tokens * heads * head_dim)), gate = poisoned_bf16(size_t(tokens * heads * head_dim));
+  ASSERT_EQ(kernels::launch_split_q_gate(dqg.data(), tokens, heads, head_dim, q.data(), gate.data(), stream_),
+            cudaSuccess);
+  sync();
+  std::vector<float> eq, eg;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto* src = qg.data() + (t * heads + h) * 2 * head_dim;
+      eq.insert(eq.end(), src, src + head_dim);
+      eg.insert(eg.end(), src + head_dim, src + 2 * head_dim);
+    }
+  EXPECT_TRUE(all_close(host_floats(q), eq, kExactF32, "q"));
+  EXPECT_TRUE(all_close(host_floats(gate), eg, kExactF32, "gate"));
+}
+
+TEST_F(KernelTest, CublasLtLinearMatchesReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  kernels::CublasLtGemm gemm;
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{160, 64}, {2560, 9216}, {1000, 2560}}) {
+    const auto w = random_bf16_values(size_t(N * K), rng_, 1.0f / std::sqrt(float(K)));
+    std::vector<uint16_t> w_bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_bits[i] = f32_to_bf16(w[i]);
+    const TensorView w_view{w_bits.data(), DType::bf16, {N, K}};
+    auto dw = device_bf16(w);
+    for (int64_t M : kRows) {
+      SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+      const auto x = random_bf16_values(size_t(M * K), rng_);
+      std::vector<float> expected(size_t(M * N));
+      ref::linear(x.data(), M, K, w_view, expected.data(), Precision::bf16);
+      auto dx = device_bf16(x);
+      auto out = poisoned_bf16(size_t(M * N));
+      gemm.linear(dx.data(), dw.data(), out.data(), M, N, K, stream_);
+      sync();
+      EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "linear"));
+    }
+  }
+}
+
+// Sequences of a batch as (n_tokens, slot) with the conv state carried in a pool of slots.
+TEST_F(KernelTest, ConvSiluWithStateMatchesReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int32_t C = 6144 + 7, K = 4, slots = 5;  // an odd channel count: partial channel blocks
+  const std::vector<int64_t> lengths = {1, 65, 2, 3, 130};
+  const std::vector<int32_t> slot_of = {3, 0, 4, 1, 2};
+  const int64_t N = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
+  const auto x = random_bf16_values(size_t(N * C), rng_, 2.0f);
+  const auto w = random_bf16_values(size_t(C * K), rng_, 0.5f);
+  auto state = random_bf16_values(size_t(slots * C * K), rng_, 2.0f);
+  std::vector<int32_t> cu = {0}, token_seq;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    cu.push_back(cu.back() + int32_t(lengths[s]));
+    token_seq.insert(token_seq.end(), size_t(lengths[s]), int32_t(s));
+  }
+  auto dx = device_bf16(x), dstate = device_bf16(state);
+  cuda::DeviceBuffer<float> dw{std::span<const float>(w)};
+  cuda::DeviceBuffer<int32_t> dcu{std::span<const int32_t>(cu)}, dts{std::span<const int32_t>(token_seq)},
+      dslot{std::span<const int32_t>(slot_of)};
+  auto out = poisoned_bf16(size_t(N * C));
+  gdn::ConvParams p{.x = dx.data(), .weight = dw.data(), .conv_state = dstate.data(), .cu_seqlens = dcu.data(),
+                    .token_seq = dts.data(), .seq_slot = dslot.data(), .out = out.data(), .tokens = N,
+                    .num_seqs = int32_t(lengths.size()), .channels = C, .kernel = K};
+  ASSERT_EQ(gdn::launch_conv1d_silu(p, stream_), cudaSuccess);
+  sync();
+  std::vector<float> expected(size_t(N * C));
+  const TensorView w_view{w.data(), DType::f32, {C, 1, K}};
+  for (size_t s = 0; s < lengths.size(); ++s)
+    ref::causal_conv1d_silu(x.data() + cu[s] * int64_t(C), lengths[s], C, K, w_view,
+                            state.data() + size_t(slot_of[s]) * C * K, expected.data() + cu[s] * int64_t(C),
+                            Precision::bf16);
+  EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "conv1d + silu"));
+  EXPECT_TRUE(all_close(host_floats(dstate), state, kExactF32, "conv state after the step"));
+}
+
+TEST_F(KernelTest, GdnPrefillInputsMatchReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int32_t Hk = 16, Hv = 32, dk = 128, dv = 128;
+  const int64_t C = 2 * Hk * dk + Hv * dv;
+  for (int64_t N : kRows) {
+    const auto qkv = random_bf16_values(size_t(N * C), rng_, 1.5f);
+    const auto a = random_bf16_values(size_t(N * Hv), rng_, 3.0f), b = random_bf16_values(size_t(N * Hv), rng_, 3.0f);
+    const auto A_log = random_bf16_values(size_t(Hv), rng_, 1.0f), dt_bias = random_bf16_values(size_t(Hv), rng_, 1.0f);
+    auto dqkv = device_bf16(qkv), da = device_bf16(a), db = device_bf16(b);
+    cuda::DeviceBuffer<float> dA{std::span<const float>(A_log)}, ddt{std::span<const float>(dt_bias)};
+    auto q = poisoned_bf16(size_t(N * Hk * dk)), k = poisoned_bf16(size_t(N * Hk * dk)), v = poisoned_bf16(size_t(N * Hv * dv));
+    cuda::DeviceBuffer<float> g(size_t(N * Hv)), beta(size_t(N * Hv));
+    g.fill_bytes(0xFF);
+    beta.fill_bytes(0xFF);
+    gdn::PrefillInputParams p{.qkv = dqkv.data(), .a = da.data(), .b = db.data(), .A_log = dA.data(),
+                              .dt_bias = ddt.data(), .q = q.data(), .k = k.data(), .v = v.data(), .g = g.data(),
+                              .beta = beta.data(), .tokens = N, .num_k_heads = Hk, .num_v_heads = Hv, .k_dim = dk,
+                              .v_dim = dv};
+    ASSERT_EQ(gdn::launch_prefill_inputs(p, stream_), cudaSuccess);
+    sync();
+    std::vector<float> eq(size_t(N * Hk * dk)), ek(eq.size()), ev, eg(size_t(N * Hv)), eb(eg.size());
+    for (int64_t t = 0; t < N; ++t) {
+      ref::l2_normalize(qkv.data() + t * C, Hk, dk, 1.0f, eq.data() + t * Hk * dk);
+      ref::l2_normalize(qkv.data() + t * C + Hk * dk, Hk, dk, 1.0f, ek.data() + t * Hk * dk);
+      ev.insert(ev.end(), qkv.begin() + t * C + 2 * Hk * dk, qkv.begin() + (t + 1) * C);
+    }
+    for (auto* e : {&eq, &ek})
+      for (auto& x : *e) x = round_bf16(x);
+    ref::gdn_gates(a.data(), b.data(), N, Hv, TensorView{A_log.data(), DType::f32, {Hv}},
+                   TensorView{dt_bias.data(), DType::f32, {Hv}}, eg.data(), eb.data(), Precision::bf16);
+    SCOPED_TRACE("tokens " + std::to_string(N));
+    EXPECT_TRUE(all_close(host_floats(q), eq, kBf16RoundingFlips, "q / |q|"));
+    EXPECT_TRUE(all_close(host_floats(k), ek, kBf16RoundingFlips, "k / |k|"));
+    EXPECT_TRUE(all_close(host_floats(v), ev, kExactF32, "v"));
+    EXPECT_TRUE(all_close(g.download(), eg, testing::kF32VsF64, "g"));
+    EXPECT_TRUE(all_close(beta.download(), eb, kBf16RoundingFlips, "beta"));
+  }
+}
+
+}  // namespace
+}  // namespace di
