@@ -2,8 +2,8 @@
 // round): prefill tokens/s for (length x sequences) batches, decode tokens/s at several batch sizes,
 // the time from process start to the first token, and peak GPU memory. Each prefill case is run
 // on fresh state slots; times are wall clock around whole steps that end in a stream
-// synchronisation (the logits of the last token of each sequence are computed, greedy argmax
-// included), median of several runs.
+// synchronisation (prefill: the logits of each sequence's last token are computed; decode: the
+// greedy token of each sequence is sampled on the GPU and copied back), median of several runs.
 //
 // Floors: a forward pass does 2 FLOP per parameter per token in its GEMMs (plus attention and the
 // GDN recurrence), so prefill MFU = tokens/s x 2 x params / 784 TFLOP/s; a decode step must stream
@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
         n_past[size_t(s)] = 128;
       }
       model.forward(plan, rows, ops);
+      // Greedy sampling on the GPU: only the token ids come back to the host.
+      const std::vector<sampling::SamplingRow> greedy(static_cast<size_t>(batch),
+                                                      sampling::make_sampling_row(SamplingParams{}, 0));
       std::vector<double> steps;
       for (int step = 0; step < decode_steps + 2; ++step) {
         BatchPlan d;
@@ -156,8 +159,7 @@ int main(int argc, char** argv) {
         }
         DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
         const auto t0 = Clock::now();
-        const std::vector<float> logits = ops.to_host(model.forward(d, drows, ops));
-        for (int64_t s = 0; s < batch; ++s) argmax(logits.data() + s * m.config.vocab_size, m.config.vocab_size);
+        const std::vector<int32_t> tokens = ops.sample(model.forward(d, drows, ops), greedy);
         if (step >= 2) steps.push_back(seconds_since(t0));  // two warm-up steps
       }
       for (int slot : slots) ops.free_slot(slot);

@@ -101,9 +101,9 @@ Runner open_model(const ModelOptions& o) {
   Runner r;
   r.device = o.device == "auto" ? (gpu_visible() && precision == Precision::bf16 ? "cuda" : "cpu") : o.device;
   if (r.device == "cuda") {
+    if (precision != Precision::bf16) fail("--precision {}: the GPU engine runs bf16 only", o.precision);
     if (!DI_HAVE_CUDA) fail("--device cuda: this binary was built without CUDA (nvcc was not found at build time)");
     if (!gpu_visible()) fail("--device cuda: no CUDA device is visible");
-    if (precision != Precision::bf16) fail("--precision {}: the GPU engine runs bf16 only", o.precision);
   } else if (!o.gdn_prefill_backend.empty()) {
     fail("--gdn-prefill-backend {}: GDN prefill backends run on the GPU (--device cuda)", o.gdn_prefill_backend);
   }

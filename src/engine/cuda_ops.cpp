@@ -597,6 +597,29 @@ std::vector<float> CudaOps::to_host(const Tensor& x) {
   return host;
 }
 
+std::vector<int32_t> CudaOps::sample(const Tensor& logits, const std::vector<sampling::SamplingRow>& rows) {
+  DI_CHECK(logits.defined() && logits.device() == Device::cuda && logits.shape().size() == 2 &&
+               (logits.dtype() == DType::bf16 || logits.dtype() == DType::f32),
+           "CudaOps::sample: logits must be a [rows, vocab] bf16 or f32 device tensor");
+  const int64_t n = logits.dim(0), vocab = logits.dim(1);
+  DI_CHECK(int64_t(rows.size()) == n, "CudaOps::sample: {} sampling rows for {} rows of logits", rows.size(), n);
+  Tensor params = new_tensor({int64_t(rows.size() * sizeof(sampling::SamplingRow))}, DType::u8);
+  DI_CUDA_CHECK(cudaMemcpyAsync(params.data(), rows.data(), params.nbytes(), cudaMemcpyHostToDevice, stream()));
+  const size_t workspace_bytes = sampling::sample_workspace_bytes(int32_t(n), int32_t(vocab));
+  Tensor workspace = new_tensor({int64_t(std::max<size_t>(workspace_bytes, 1))}, DType::u8);
+  Tensor tokens = new_tensor({n}, DType::i32);
+  sampling::SampleParams p{.logits = logits.data(), .logits_bf16 = logits.dtype() == DType::bf16,
+                           .rows = int32_t(n), .vocab = int32_t(vocab),
+                           .row_params = static_cast<const sampling::SamplingRow*>(params.data()),
+                           .out_tokens = tokens.as<int32_t>(), .workspace = workspace.data(),
+                           .workspace_bytes = workspace_bytes};
+  check_launch(sampling::launch_sample(p, stream()), "sample");
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  DI_CUDA_CHECK(cudaMemcpyAsync(out.data(), tokens.data(), out.size() * 4, cudaMemcpyDeviceToHost, stream()));
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  return out;
+}
+
 std::vector<float> CudaOps::conv_state(int slot, int64_t gdn_layer) {
   DI_CHECK(slot >= 0 && slot < options_.max_slots && gdn_layer >= 0 && gdn_layer < gdn_layers_,
            "conv_state: slot {} / GDN layer {} out of range", slot, gdn_layer);

@@ -19,6 +19,7 @@
 #include "core/cuda.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops.h"
+#include "kernels/sampling/sampling.h"
 #include "model/weights.h"
 
 namespace di {
@@ -63,6 +64,10 @@ class CudaOps final : public Ops {
   Tensor sigmoid_gate(const Tensor& x, const Tensor& gate) override;
 
   std::vector<float> to_host(const Tensor& x) override;
+
+  // One token per row of logits [rows, vocab] drawn on the GPU (kernels/sampling): only the ids
+  // cross to the host. Rows come from sampling::make_sampling_row, which validates them.
+  std::vector<int32_t> sample(const Tensor& logits, const std::vector<sampling::SamplingRow>& rows);
 
   // A host float32 tensor as a device bf16 tensor (tests and tools feed ops this way).
   Tensor upload_bf16(const std::vector<float>& values, Shape shape);

@@ -43,11 +43,22 @@ assert j['layers'] == 8 and j['gdn_layers'] == 6 and j['attention_layers'] == 2,
 assert j['parameters'] > 17_000_000, j
 " && pass "inspect --json" || bad "inspect --json"
 
-out=$("$bin" generate --model "$model" --prompt-ids 1,2,3,4,5 --max-tokens 12 2>/dev/null)
+# The CPU reference engine is deterministic whatever the prefill chunking; the GPU one rounds to bf16
+# after float32 sums whose order depends on it (tests/gpu compares its chunkings with tolerances).
+out=$("$bin" generate --model "$model" --device cpu --prompt-ids 1,2,3,4,5 --max-tokens 12 2>/dev/null)
 n=$(echo "$out" | tr ',' '\n' | grep -c -E '^[0-9]+$' || true)
 [ "$n" = 12 ] && pass "generate streams 12 token ids" || bad "generate printed '$out'"
-again=$("$bin" generate --model "$model" --prompt-ids 1,2,3,4,5 --max-tokens 12 --prefill-chunk 2 --precision bf16 2>/dev/null)
+again=$("$bin" generate --model "$model" --device cpu --prompt-ids 1,2,3,4,5 --max-tokens 12 --prefill-chunk 2 --precision bf16 2>/dev/null)
 [ "$out" = "$again" ] && pass "generate: chunked prefill gives the same greedy tokens" || bad "chunked prefill changed tokens: $again"
+# --device cuda runs on a GPU when one is visible, and otherwise says why it cannot.
+if gpu_out=$("$bin" generate --model "$model" --device cuda --prompt-ids 1,2,3,4,5 --max-tokens 12 2>"$work/err"); then
+  n=$(echo "$gpu_out" | tr ',' '\n' | grep -c -E '^[0-9]+$' || true)
+  [ "$n" = 12 ] && pass "generate --device cuda streams 12 token ids" || bad "generate --device cuda printed '$gpu_out'"
+else
+  grep -q -E "no CUDA device is visible|built without CUDA" "$work/err" && pass "--device cuda without a GPU: clear error" ||
+    bad "--device cuda failed: $(tail -1 "$work/err")"
+fi
+expect_fail "--precision f32 on the GPU" "bf16 only" "$bin" generate --model "$model" --device cuda --precision f32 --prompt-ids 1
 s1=$("$bin" generate --model "$model" --prompt-ids 9,8,7 --max-tokens 10 --temperature 0.8 --top-p 0.9 --seed 3 2>/dev/null)
 s2=$("$bin" generate --model "$model" --prompt-ids 9,8,7 --max-tokens 10 --temperature 0.8 --top-p 0.9 --seed 3 2>/dev/null)
 [ "$s1" = "$s2" ] && pass "seeded sampling is reproducible" || bad "seeded sampling differs: $s1 vs $s2"

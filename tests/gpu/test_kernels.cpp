@@ -196,7 +196,9 @@ TEST_F(KernelTest, CublasLtLinearMatchesReference) {
       auto out = poisoned_bf16(size_t(M * N));
       gemm.linear(dx.data(), dw.data(), out.data(), M, N, K, stream_);
       sync();
-      EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "linear"));
+      const testing::Tolerance tol{testing::kBf16GemmVsRef.atol * std::sqrt(double(K)), testing::kBf16GemmVsRef.rtol,
+                                   testing::kBf16GemmVsRef.name};
+      EXPECT_TRUE(all_close(host_floats(out), expected, tol, "linear"));
     }
   }
 }

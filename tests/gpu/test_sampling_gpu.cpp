@@ -48,8 +48,8 @@ std::string describe(const Batch& b) {
 
 std::string describe(const SamplingRow& r) {
   return "temperature " + std::to_string(r.temperature) + " top_k " + std::to_string(r.top_k) + " top_p " +
-         std::to_string(r.top_p) + " min_p " + std::to_string(r.min_p) + " seed " + std::to_string(r.seed) +
-         " step " + std::to_string(r.step);
+         std::to_string(r.top_p) + " min_p " + std::to_string(r.min_p) + " seed " + std::to_string(r.seed) + " step " +
+         std::to_string(r.step);
 }
 
 // The values a row holds once sent in its dtype.
@@ -95,7 +95,8 @@ Candidates top_k_candidates(const float* logits, int32_t vocab, const SamplingRo
   c.prob.resize(c.ids.size());
   const double top = double(logits[c.ids[0]]) / r.temperature;
   double sum = 0;
-  for (size_t i = 0; i < c.ids.size(); ++i) sum += (c.prob[i] = std::exp(double(logits[c.ids[i]]) / r.temperature - top));
+  for (size_t i = 0; i < c.ids.size(); ++i)
+    sum += (c.prob[i] = std::exp(double(logits[c.ids[i]]) / r.temperature - top));
   for (double& p : c.prob) p /= sum;
   return c;
 }
@@ -253,8 +254,8 @@ class SamplingGpuTest : public di::testing::GpuTest {
       for (int s = 0; s < steps; ++s) {
         const int32_t tok = tokens[size_t(s) * size_t(b.rows) + size_t(r)];
         ASSERT_TRUE(tok >= 0 && tok < b.vocab) << "step " << s << ": token " << tok << " is not a vocabulary id";
-        ASSERT_GE(rank_of[size_t(tok)], 0) << "step " << s << ": token " << tok << " (logit " << b.row(r)[tok]
-                                           << ") lies outside the kept set";
+        ASSERT_GE(rank_of[size_t(tok)], 0)
+            << "step " << s << ": token " << tok << " (logit " << b.row(r)[tok] << ") lies outside the kept set";
         ++count[size_t(rank_of[size_t(tok)])];
       }
       if (!check_frequencies) continue;
@@ -297,7 +298,8 @@ TEST_F(SamplingGpuTest, GreedyIsArgmaxWithLowestIdOnTies) {
         }
         const auto tokens = run(b, params);
         for (int32_t r = 0; r < rows; ++r)
-          ASSERT_EQ(tokens[size_t(r)], int32_t(argmax(b.row(r), vocab))) << "row " << r << ": " << describe(params[size_t(r)]);
+          ASSERT_EQ(tokens[size_t(r)], int32_t(argmax(b.row(r), vocab)))
+              << "row " << r << ": " << describe(params[size_t(r)]);
       }
     }
   }
@@ -306,20 +308,20 @@ TEST_F(SamplingGpuTest, GreedyIsArgmaxWithLowestIdOnTies) {
 TEST_F(SamplingGpuTest, GreedyOnSpecialValuesMatchesReference) {
   const float inf = INFINITY, nan = NAN;
   const std::vector<std::vector<float>> cases{
-      {-0.0f, 0.0f, -1.0f},         // -0 and +0 tie: id 0
-      {-1.0f, 0.0f, -0.0f},         // +0 then -0: id 1
-      {-inf, -inf, -inf, -inf},     // nothing finite: id 0
-      {nan, 5.0f, 7.0f},            // NaN at id 0 is never replaced by ref::argmax
-      {1.0f, nan, 3.0f, nan},       // NaN elsewhere is skipped
-      {2.0f, inf, 1.0f, inf},       // the first +inf
-      {-inf, nan, -inf},            // NaN loses even to -inf
-      {-3e38f, -2e38f, -3e38f},     // large magnitudes
+      {-0.0f, 0.0f, -1.0f},      // -0 and +0 tie: id 0
+      {-1.0f, 0.0f, -0.0f},      // +0 then -0: id 1
+      {-inf, -inf, -inf, -inf},  // nothing finite: id 0
+      {nan, 5.0f, 7.0f},         // NaN at id 0 is never replaced by ref::argmax
+      {1.0f, nan, 3.0f, nan},    // NaN elsewhere is skipped
+      {2.0f, inf, 1.0f, inf},    // the first +inf
+      {-inf, nan, -inf},         // NaN never beats -inf
+      {-3e38f, -2e38f, -3e38f},  // large magnitudes
   };
   for (bool bf16 : {false, true}) {
-    for (const auto& values : cases) {
-      Batch b{1, int32_t(values.size()), bf16, values};
+    for (size_t c = 0; c < cases.size(); ++c) {
+      Batch b{1, int32_t(cases[c].size()), bf16, cases[c]};
       round_to_dtype(b);
-      SCOPED_TRACE(describe(b) + " case starting " + std::to_string(values[0]));
+      SCOPED_TRACE(describe(b) + " case " + std::to_string(c));
       const auto tokens = run(b, {row_of(0.0f, 0, 1.0f, 0.0f, 1, 0)});
       EXPECT_EQ(tokens[0], int32_t(argmax(b.row(0), b.vocab)));
     }

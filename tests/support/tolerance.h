@@ -51,6 +51,12 @@
 //                                 reference, then rounded once to bf16 (split-KV decode attention):
 //                                 the reorder noise of kF32Reorder plus half a bf16 ulp (2^-8 of
 //                                 the value).
+//   kBf16GemmVsRef  2e-6·√K / 1.6e-2  a bf16 GEMM on the GPU (cuBLASLt, float32 accumulation, one
+//                                 rounding) against ref::linear in Precision::bf16: one rounding flip
+//                                 (kBf16RoundingFlips' rtol), plus kF32DotVsF64's atol per √K for
+//                                 outputs that cancel to near zero, where the two summation orders
+//                                 differ by more than the bf16 ulp of the result (measured 1.7e-5 at
+//                                 K = 9216, an output of 4e-4). The call site multiplies atol by √K.
 //   kF32ChunkingState 1e-4 / 1e-3  the recurrent state of the first GDN layer after a long prompt
 //                                 prefilled in different pieces: identical inputs, float32 chunked
 //                                 arithmetic split at other chunk boundaries; each of the ~T/64
@@ -121,6 +127,7 @@ inline constexpr Tolerance kBf16OneRounding{0.0, 4e-3, "bf16-one-rounding"};
 inline constexpr Tolerance kBf16RoundingFlips{1e-5, 1.6e-2, "bf16-rounding-flips"};
 inline constexpr Tolerance kBf16AttentionP{4e-3, 4e-3, "bf16-attention-p (atol per max|v|)"};
 inline constexpr Tolerance kBf16AfterF32Reorder{2e-5, 4e-3, "bf16-after-f32-reorder"};
+inline constexpr Tolerance kBf16GemmVsRef{2e-6, 1.6e-2, "bf16-gemm-vs-ref (atol per sqrt(K))"};
 inline constexpr Tolerance kF32ChunkingState{1e-4, 1e-3, "f32-chunking-state"};
 inline constexpr Tolerance kBf16RunState{5e-2, 5e-2, "bf16-run-state"};
 inline constexpr Tolerance kBf16GdnKernelOut{5e-6, 4e-3, "bf16-gdn-kernel-out"};

@@ -96,7 +96,9 @@ struct RowView {
   }
   __device__ int32_t id_of(uint64_t key) const { return int32_t(shape.id_mask - uint32_t(key & shape.id_mask)); }
 
-  __device__ float logit(int32_t id) const { return canonical_logit(LogitFormat<Logit>::to_float(__ldg(logits + id)), id); }
+  __device__ float logit(int32_t id) const {
+    return canonical_logit(LogitFormat<Logit>::to_float(__ldg(logits + id)), id);
+  }
 
   // Calls fn(id, logit) for every element; the calling thread sees the ids = threadIdx.x mod kThreads.
   template <typename Fn>
@@ -229,14 +231,14 @@ enum class Weight { kCount, kMass };
 
 struct BinChoice {
   uint32_t digit;
-  uint32_t bin_count;   // elements in the bin
-  u64 weight_above;     // weight of the higher bins of this level
+  uint32_t bin_count;  // elements in the bin
+  u64 weight_above;    // weight of the higher bins of this level
   u64 bin_weight;
   bool found;
 };
 
 struct SharedState {
-  u64 weight[kWeightCopies][kBinStride];   // per bin: elements (kCount) or mass (kMass)
+  u64 weight[kWeightCopies][kBinStride];     // per bin: elements (kCount) or mass (kMass)
   uint32_t count[kCountCopies][kBinStride];  // per bin: elements (kMass only)
   BlockScratch scratch;
   BinChoice choice;
@@ -373,8 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     top_k_key = radix_select<Weight::kCount>(row, model, everything, note_min_p_failure, k, max_key, 1, sh).threshold;
   } else {
     if (use_top_k) top_k_key = max_key;  // top_k == 1
-    if (use_min_p)
-      row.for_each([&](int32_t id, float logit) { note_min_p_failure(id, logit, row.key(logit, id)); });
+    if (use_min_p) row.for_each([&](int32_t id, float logit) { note_min_p_failure(id, logit, row.key(logit, id)); });
   }
   if (use_min_p) min_p_fail_key = block_max(local_fail, sh.scratch);
 
@@ -468,11 +469,11 @@ cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream) {
   if (p.workspace_bytes < workspace || (workspace > 0 && p.workspace == nullptr)) return cudaErrorInvalidValue;
   const RowShape shape = row_shape(p.vocab);
   if (p.logits_bf16)
-    sample_rows_kernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(p.logits), shape,
-                                                                  p.row_params, p.out_tokens);
+    sample_rows_kernel<uint16_t>
+        <<<p.rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(p.logits), shape, p.row_params, p.out_tokens);
   else
-    sample_rows_kernel<float><<<p.rows, kThreads, 0, stream>>>(static_cast<const float*>(p.logits), shape,
-                                                               p.row_params, p.out_tokens);
+    sample_rows_kernel<float>
+        <<<p.rows, kThreads, 0, stream>>>(static_cast<const float*>(p.logits), shape, p.row_params, p.out_tokens);
   return cudaGetLastError();
 }
 
