@@ -7,7 +7,9 @@
  *
  * The math, per sequence and value head h (key head h / (Hv / Hk)), state S [K, V], token t:
  *     S <- exp(g_t) S;   v' = beta_t (v_t - S^T k_t);   S <- S + k_t v'^T;   o_t = scale S^T q_t
- * q and k arrive L2-normalised (not scaled); g is the log decay (<= 0); the state is float32.
+ * q and k are L2-normalised (x / sqrt(sum x^2 + 1e-6), float32), either by the caller or, with
+ * DI_GDN_QK_L2NORM, by the backend from the raw bf16 rows; they are not scaled (scale applies to the
+ * output). g is the log decay (<= 0); the state is float32.
  */
 #ifndef DELTAINFER_GDN_H
 #define DELTAINFER_GDN_H
@@ -37,6 +39,14 @@ typedef enum {
   DI_GDN_STATE_VK = 1, /* [H, V, K]: K contiguous (FlashInfer, vLLM) */
 } di_gdn_state_layout;
 
+/* Flags of a prefill call (di_gdn_prefill_args.flags). Every backend implements every flag. */
+enum {
+  /* q and k are the raw rows: the backend L2-normalises each head's row in float32. Without the
+   * flag they arrive normalised (and rounded to bf16, one rounding more than the float32 norm of
+   * the reference implementations). */
+  DI_GDN_QK_L2NORM = 1u << 0,
+};
+
 typedef struct {
   int32_t num_k_heads; /* Hk: heads of q and k */
   int32_t num_v_heads; /* Hv: heads of v, g, beta, the state and the output; Hv % Hk == 0 */
@@ -59,7 +69,7 @@ typedef struct {
 
 /* One prefill call over a batch of variable-length sequences laid end to end.
  * Activations are row-major and packed by token (token t of the batch at row t):
- *   q, k   bf16  [total_tokens, Hk, K]    L2-normalised
+ *   q, k   bf16  [total_tokens, Hk, K]    L2-normalised, or raw with DI_GDN_QK_L2NORM
  *   v      bf16  [total_tokens, Hv, V]
  *   g      f32   [total_tokens, Hv]       log decay, <= 0
  *   beta   f32   [total_tokens, Hv]
@@ -79,7 +89,8 @@ typedef struct {
   di_gdn_state_layout state_layout;
   int32_t num_seqs;
   int64_t total_tokens;
-  float scale; /* multiplies the output: usually K^-0.5 */
+  float scale;    /* multiplies the output: usually K^-0.5 */
+  uint32_t flags; /* DI_GDN_QK_L2NORM, or 0 */
   const int32_t* cu_seqlens;
   const void* q;
   const void* k;

@@ -470,7 +470,7 @@ Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor&
     check_launch(gdn::launch_gdn_decode_step(p, stream()), "gdn_decode_step");
     return out;
   }
-  // Prefill (and mixed steps): q, k normalised, gates, then the chunked delta rule through the
+  // Prefill (and mixed steps): q, k, v packed and the gates, then the chunked delta rule through the
   // dispatched backend, reading and writing each sequence's slot state in place.
   Tensor q = new_tensor({N, Hk, dk}, DType::bf16), k = new_tensor({N, Hk, dk}, DType::bf16);
   Tensor v = new_tensor({N, Hv, dv}, DType::bf16);
@@ -480,7 +480,7 @@ Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor&
                                .dt_bias = device_param_f32(dt_bias, "dt_bias"), .q = q.data(), .k = k.data(),
                                .v = v.data(), .g = g.as<float>(), .beta = beta.as<float>(), .tokens = N,
                                .num_k_heads = int32_t(Hk), .num_v_heads = int32_t(Hv), .k_dim = int32_t(dk),
-                               .v_dim = int32_t(dv)};
+                               .v_dim = int32_t(dv), .normalize_qk = false};
   check_launch(gdn::launch_prefill_inputs(prep, stream()), "gdn_prefill_inputs");
   di_gdn_prefill_args args{};
   args.abi_version = DI_GDN_ABI_VERSION;
@@ -489,6 +489,8 @@ Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor&
   args.num_seqs = step_->num_seqs;
   args.total_tokens = N;
   args.scale = scale;
+  // The backend normalises q and k in float32, as transformers does and as the decode step does.
+  args.flags = DI_GDN_QK_L2NORM;
   args.cu_seqlens = step_->cu_seqlens;
   args.q = q.data();
   args.k = k.data();

@@ -45,10 +45,10 @@
 // 512 B; the f32 state slice, 16 KiB, is read and written once per sequence. HBM traffic per token
 // over all heads (the floor): 4·Hk·K (q, k) + 4·Hv·V (v, out) + 8·Hv (g, beta) bytes.
 //
-// Shared memory, 97,280 bytes: K and Q chunks bf16 [64][136] (row padded by 8 so mma fragment loads
+// Shared memory, 97,792 bytes: K and Q chunks bf16 [64][136] (row padded by 8 so mma fragment loads
 // are conflict-free), the state slice f32 [128][32], L/Tinv and P f32 [64][72] (padded), a [64][32]
 // work tile (merge scratch, then B, then Vnew, then the decayed Vnew), and G, beta, exp(G),
-// exp(G_last - G) [64] each.
+// exp(G_last - G), and the inverse norms of the q and k rows [64] each.
 #include "gdn/baseline_prefill.h"
 
 #include <cuda_bf16.h>
@@ -89,8 +89,10 @@ constexpr size_t kOffG = kOffWork + kWorkBytes;
 constexpr size_t kOffBeta = kOffG + kVecBytes;
 constexpr size_t kOffExpG = kOffBeta + kVecBytes;
 constexpr size_t kOffTail = kOffExpG + kVecBytes;
-constexpr size_t kSmemBytes = kOffTail + kVecBytes;
-static_assert(kSmemBytes == 97280, "the shared memory budget the header documents");
+constexpr size_t kOffQInv = kOffTail + kVecBytes;
+constexpr size_t kOffKInv = kOffQInv + kVecBytes;
+constexpr size_t kSmemBytes = kOffKInv + kVecBytes;
+static_assert(kSmemBytes == 97792, "the shared memory budget the header documents");
 static_assert(kQkBytes % 16 == 0 && kMatBytes % 16 == 0 && kStateBytes % 16 == 0, "16-byte aligned regions");
 static_assert(kThreads == 8 * kTileV, "thread mappings: 8 column groups of 4 x 32 row groups");
 
@@ -206,6 +208,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
   float* const beta_s = reinterpret_cast<float*>(smem + kOffBeta);  // [64]
   float* const expG_s = reinterpret_cast<float*>(smem + kOffExpG);  // [64]  exp(G_r)
   float* const tail_s = reinterpret_cast<float*>(smem + kOffTail);  // [64]  exp(G_last - G_r)
+  float* const q_inv_s = reinterpret_cast<float*>(smem + kOffQInv); // [64]  1 / |q_r| (1 without the flag)
+  float* const k_inv_s = reinterpret_cast<float*>(smem + kOffKInv); // [64]  1 / |k_r|
+  const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
@@ -316,6 +321,28 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
     cp_async_wait_all();
     __syncthreads();
 
+    // ---- norms (DI_GDN_QK_L2NORM): 1 / sqrt(sum x^2 + 1e-6) of each raw q and k row, in float32. The
+    // rows stay raw in shared memory (bf16 products are exact in the mma); the inverse norms scale
+    // the results instead, which is the float32 normalisation of the references up to reordering:
+    //   (Q Kᵀ)_ij -> qi_i ki_j (Q Kᵀ)_ij,  (K Kᵀ)_ij -> ki_i ki_j (K Kᵀ)_ij,  K S -> diag(ki) K S,
+    //   Q S -> diag(qi) Q S,  and Kᵀ W -> Kᵀ diag(ki) W in the state update.
+    // Warp w takes rows 16 w .. 16 w + 15 of [Q; K]; each lane 4 of a row's 128 values.
+    for (int row = warp * 16; row < warp * 16 + 16; ++row) {
+      const bool is_q = row < kChunk;
+      const int r = is_q ? row : row - kChunk;
+      float inv = 1.0f;
+      if (normalize_qk) {
+        float x[4];
+        load_bf16x4((is_q ? q_tile : k_tile) + r * kQkStride + 4 * lane, x);
+        float sum = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+        inv = 1.0f / sqrtf(sum + 1e-6f);  // rows past the sequence are zeros: 1000, times zero
+      }
+      if (lane == 0) (is_q ? q_inv_s : k_inv_s)[r] = inv;
+    }
+    __syncthreads();
+
     // ---- gram: P = Gamma ⊙ Q Kᵀ (j <= i), L = diag(beta) Gamma ⊙ K Kᵀ (j < i), on the 20 tiles of
     // 16 rows x 8 columns that touch or lie below the 16x16 block diagonal.
     {
@@ -347,8 +374,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
           for (int e = 0; e < 2; ++e) {
             const int jj = j + e;
             const float pair_decay = jj <= i ? expf(fminf(G_s[i] - G_s[jj], 0.f)) : 0.f;  // mask, then exp
-            p_val[e] = pair_decay * qk[2 * h + e];
-            l_val[e] = jj < i ? beta_s[i] * pair_decay * kk[2 * h + e] : 0.f;
+            p_val[e] = pair_decay * (q_inv_s[i] * k_inv_s[jj]) * qk[2 * h + e];
+            l_val[e] = jj < i ? beta_s[i] * pair_decay * (k_inv_s[i] * k_inv_s[jj]) * kk[2 * h + e] : 0.f;
           }
           *reinterpret_cast<float2*>(tmat + i * kMatStride + j) = make_float2(l_val[0], l_val[1]);
           *reinterpret_cast<float2*>(pmat + i * kMatStride + j) = make_float2(p_val[0], p_val[1]);
@@ -409,7 +436,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int r = rows[rr];
-        const float b = beta_s[r], e = expG_s[r];
+        const float b = beta_s[r], e = expG_s[r] * k_inv_s[r];  // D diag(ki) K S
+#pragma unroll
+        for (int c = 0; c < 4; ++c) qs[rr][c] *= q_inv_s[r];       // diag(qi) Q S
         const float vr[4] = {bf16_lo(v_raw[rr].x), bf16_hi(v_raw[rr].x), bf16_lo(v_raw[rr].y), bf16_hi(v_raw[rr].y)};
         store_f4(work + r * kTileV + col0, b * (vr[0] - e * ks[rr][0]), b * (vr[1] - e * ks[rr][1]),
                  b * (vr[2] - e * ks[rr][2]), b * (vr[3] - e * ks[rr][3]));
@@ -489,10 +518,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
       }
     }
     __syncthreads();  // every read of Vnew is done
-    // work <- diag(exp(G_last - G)) Vnew, the decayed values the state update adds.
+    // work <- diag(exp(G_last - G) ki) Vnew, the decayed values the state update adds (ki: the key
+    // rows' inverse norms, folded here so that Kᵀ reads the raw rows).
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      const float d = tail_s[rows[rr]];
+      const float d = tail_s[rows[rr]] * k_inv_s[rows[rr]];
       store_f4(work + rows[rr] * kTileV + col0, d * vnew[rr][0], d * vnew[rr][1], d * vnew[rr][2], d * vnew[rr][3]);
     }
     __syncthreads();

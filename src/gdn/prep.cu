@@ -47,8 +47,8 @@ __global__ void conv_state_update_kernel(ConvParams p) {
   for (int32_t j = 0; j < p.kernel; ++j) state[int64_t(c) * p.kernel + j] = to_bf16(next[j]);
 }
 
-// One block per token, one warp per head: q and k rows L2-normalised (x / sqrt(sum x^2 + 1e-6)), v
-// copied, gates computed by the first Hv threads.
+// One block per token, one warp per head: q and k rows L2-normalised (x / sqrt(sum x^2 + 1e-6)) or
+// copied raw, v copied, gates computed by the first Hv threads.
 __global__ void prefill_inputs_kernel(PrefillInputParams p) {
   const int64_t t = blockIdx.x;
   const int64_t qk_width = int64_t(p.num_k_heads) * p.k_dim, v_width = int64_t(p.num_v_heads) * p.v_dim;
@@ -57,11 +57,11 @@ __global__ void prefill_inputs_kernel(PrefillInputParams p) {
   for (int head = warp; head < 2 * p.num_k_heads; head += warps) {  // heads of q, then of k
     const bf16* src = row + int64_t(head) * p.k_dim;
     float sum = 0.0f;
-    for (int i = lane; i < p.k_dim; i += 32) {
+    for (int i = lane; i < p.k_dim && p.normalize_qk; i += 32) {
       const float x = to_f32(src[i]);
       sum += x * x;
     }
-    const float inv = 1.0f / sqrtf(kernels::warp_sum(sum) + 1e-6f);
+    const float inv = p.normalize_qk ? 1.0f / sqrtf(kernels::warp_sum(sum) + 1e-6f) : 1.0f;
     const bool is_q = head < p.num_k_heads;
     bf16* dst = static_cast<bf16*>(is_q ? p.q : p.k) + t * qk_width + int64_t(is_q ? head : head - p.num_k_heads) * p.k_dim;
     for (int i = lane; i < p.k_dim; i += 32) dst[i] = to_bf16(to_f32(src[i]) * inv);

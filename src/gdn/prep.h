@@ -32,13 +32,16 @@ struct PrefillInputParams {
   const void* b;         // bf16 [N, Hv]
   const float* A_log;    // f32 [Hv]
   const float* dt_bias;  // f32 [Hv]
-  void* q;               // bf16 [N, Hk, dk]  q / ||q||  (the kernel applies dk^-0.5 to its output)
-  void* k;               // bf16 [N, Hk, dk]  k / ||k||
+  void* q;               // bf16 [N, Hk, dk]  q / ||q|| (the kernel applies dk^-0.5 to its output)
+  void* k;               // bf16 [N, Hk, dk]  k / ||k||  (both raw when normalize_qk is off)
   void* v;               // bf16 [N, Hv, dv]
   float* g;              // f32 [N, Hv]  -exp(A_log) * softplus(a + dt_bias)
   float* beta;           // f32 [N, Hv]  bf16(sigmoid(b))
   int64_t tokens = 0;
   int32_t num_k_heads = 0, num_v_heads = 0, k_dim = 0, v_dim = 0;
+  // Off: q and k are copied as they are, for a backend that normalises them itself in float32
+  // (DI_GDN_QK_L2NORM), which saves the bf16 rounding of the normalised rows.
+  bool normalize_qk = true;
 };
 cudaError_t launch_prefill_inputs(const PrefillInputParams& p, cudaStream_t stream);
 

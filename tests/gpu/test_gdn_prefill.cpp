@@ -131,7 +131,8 @@ struct Reference {
 // (double: the oracle, recurrent form; float: the CPU float32 chunked form). q is pre-scaled by
 // `scale` (rounded to Real). `initial` is empty for a zero initial state. Heads run in parallel.
 template <typename Real>
-Reference<Real> reference(const Batch& b, const std::vector<float>& initial, float scale, bool chunked) {
+Reference<Real> reference(const Batch& b, const std::vector<float>& initial, float scale, bool chunked,
+                          bool normalize_qk = false) {
   const int N = b.num_seqs(), Hk = b.geometry.num_k_heads, Hv = b.geometry.num_v_heads;
   Reference<Real> r;
   r.out.assign(size_t(b.total_tokens()) * Hv * kDim, Real(0));
@@ -150,6 +151,15 @@ Reference<Real> reference(const Batch& b, const std::vector<float>& initial, flo
       }
       g[t] = Real(b.g[size_t((t0 + t) * Hv + h)]);
       beta[t] = Real(b.beta[size_t((t0 + t) * Hv + h)]);
+      if (normalize_qk)  // the raw rows normalised in Real: x / sqrt(sum x^2 + 1e-6), as DI_GDN_QK_L2NORM
+        for (Real* row : {q.data() + t * kDim, k.data() + t * kDim}) {
+          Real sum = 0;
+          for (int i = 0; i < kDim; ++i) sum += row[i] * row[i];
+          // q carries `scale` already: its norm is scale times the raw norm.
+          const Real raw_sum = row == q.data() + t * kDim ? sum / (Real(scale) * Real(scale)) : sum;
+          const Real inv = Real(1) / std::sqrt(raw_sum + Real(1e-6));
+          for (int i = 0; i < kDim; ++i) row[i] *= inv;
+        }
     }
     Real* state = r.state.data() + size_t(item) * kDim * kDim;
     if (!initial.empty())
@@ -167,8 +177,8 @@ Reference<Real> reference(const Batch& b, const std::vector<float>& initial, flo
   return r;
 }
 
-Reference<double> oracle(const Batch& b, const std::vector<float>& initial, float scale) {
-  return reference<double>(b, initial, scale, /*chunked=*/false);
+Reference<double> oracle(const Batch& b, const std::vector<float>& initial, float scale, bool normalize_qk = false) {
+  return reference<double>(b, initial, scale, /*chunked=*/false, normalize_qk);
 }
 
 // A pool of matrices [n, K, V] (V contiguous) in `layout`, and back.
@@ -212,6 +222,7 @@ struct RunSetup {
   bool with_initial = true;    // false: initial_state NULL (zero state)
   bool in_place = false;       // initial_state == final_state
   bool write_final = true;     // false: final_state NULL
+  uint32_t flags = 0;          // di_gdn_prefill_args.flags
 };
 
 struct GpuResult {
@@ -255,6 +266,7 @@ GpuResult run_baseline(const Batch& b, const std::vector<float>& initial, float 
   args.num_seqs = b.num_seqs();
   args.total_tokens = b.total_tokens();
   args.scale = scale;
+  args.flags = setup.flags;
   args.cu_seqlens = cu_seqlens.data();
   args.q = q.data(), args.k = k.data(), args.v = v.data();
   args.g = g.data(), args.beta = beta.data();
@@ -389,6 +401,31 @@ TEST_F(GdnBaselineBatch, VariableLengthsMatchOracle) {
         expect_matches_oracle(b, want, got, setup);
       }
     }
+  }
+}
+
+// DI_GDN_QK_L2NORM: raw q and k rows of any magnitude (including all-zero rows), normalised by the
+// backend in float32, against the oracle that normalises the same bf16 rows in float64.
+TEST_F(GdnBaselineBatch, RawQkNormalisedInKernelMatchesOracle) {
+  SCOPED_TRACE(seed_trace(seed_));
+  Batch b = make_batch(kQwenSmall, {1, 63, 64, 65, 300}, rng_);
+  std::uniform_real_distribution<float> magnitude(0.05f, 30.0f);
+  for (std::vector<uint16_t>* x : {&b.q, &b.k})
+    for (size_t r = 0; r < x->size() / kDim; ++r) {
+      const float m = r % 97 == 5 ? 0.0f : magnitude(rng_);  // a few all-zero rows: their norm is sqrt(1e-6)
+      for (int i = 0; i < kDim; ++i) (*x)[r * kDim + i] = f32_to_bf16(bf16_to_f32((*x)[r * kDim + i]) * m);
+    }
+  const int N = b.num_seqs(), Hv = kQwenSmall.num_v_heads;
+  const std::vector<float> initial = random_states(N, Hv, rng_);
+  const Reference<double> want = oracle(b, initial, kScale, /*normalize_qk=*/true);
+  for (di_gdn_state_layout layout : kLayouts) {
+    SCOPED_TRACE(layout_str(layout));
+    RunSetup setup;
+    setup.layout = layout;
+    setup.pool_slots = N;
+    setup.flags = DI_GDN_QK_L2NORM;
+    const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng_);
+    expect_matches_oracle(b, want, got, setup);
   }
 }
 
