@@ -48,9 +48,32 @@ struct CudaOps::Step {
   int32_t max_blocks = 0;
   attention::PrefillPlan attention_plan;  // tiles of the prefill attention
   int decode_splits = 1;                  // key splits of the decode attention
+  size_t decode_workspace_bytes = 0;
+  std::vector<int32_t> host_metadata;     // the int32 array before upload
+  std::vector<size_t> sections;           // offset of each section in it
   const int32_t* tile_seq = nullptr;
   const int32_t* tile_q_start = nullptr;
   Tensor attention_workspace;           // decode split-KV partials
+};
+
+// A decode step captured as a CUDA graph: its activations live in a fixed arena (the graph bakes
+// their addresses), its metadata enters through a pinned host buffer that the graph's first node
+// copies to the device, so a replay needs only that buffer refilled.
+struct CudaOps::DecodeGraph {
+  int batch = 0;
+  int32_t block_width = 0;  // block-table width (the most blocks a sequence may hold)
+  int decode_splits = 1;
+  cuda::DeviceBuffer<uint8_t> arena;
+  size_t arena_used = 0;
+  int32_t* pinned = nullptr;             // host, metadata_capacity int32, then the logit rows
+  int32_t* pinned_rows = nullptr;        // host [batch]: the rows gather_rows copies (0 .. batch-1)
+  cuda::DeviceBuffer<int32_t> metadata;  // device, metadata_capacity int32
+  cudaGraphExec_t exec = nullptr;
+  Tensor logits;                          // in the arena
+  ~DecodeGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (pinned) cudaFreeHost(pinned);
+  }
 };
 
 namespace {
@@ -125,18 +148,158 @@ CudaOps::CudaOps(const ModelConfig& config, const ModelWeights& weights, const C
                cuda::describe(device_), double(resident_bytes_) / (1 << 30), slots, kv_blocks_, options_.kv_block_size);
 }
 
-CudaOps::~CudaOps() { cudaStreamSynchronize(stream_->stream); }
+CudaOps::~CudaOps() {
+  cudaStreamSynchronize(stream_->stream);
+  graphs_.clear();
+}
+
+size_t CudaOps::captured_graphs() const {
+  size_t n = 0;
+  for (const auto& [batch, g] : graphs_) n += g != nullptr;
+  return n;
+}
+
+Tensor CudaOps::run_forward(const BatchPlan& plan, const std::vector<int64_t>& rows, bool graphable,
+                            const std::function<Tensor()>& forward) {
+  const int batch = int(plan.seqs.size());
+  bool decode = options_.decode_graphs && graphable && int64_t(rows.size()) == batch;
+  for (int i = 0; decode && i < batch; ++i) {
+    const SequenceSpan& s = plan.seqs[size_t(i)];
+    decode = s.n_tokens == 1 && s.n_past > 0 && rows[size_t(i)] == i;
+  }
+  if (!decode) return forward();
+  const auto seen = eager_step_bytes_.find(batch);
+  if (seen == eager_step_bytes_.end()) {
+    // The first decode step of this size runs eagerly: it creates the GEMM plans (which cannot be
+    // made during a capture) and measures the activations the arena must hold.
+    step_bytes_ = 0;
+    Tensor logits = forward();
+    eager_step_bytes_[batch] = step_bytes_;
+    return logits;
+  }
+  auto it = graphs_.find(batch);
+  if (it == graphs_.end()) {
+    DecodeGraph& g = capture_decode_graph(batch, plan, forward);
+    DI_CUDA_CHECK(cudaGraphLaunch(g.exec, stream()));
+    return g.logits;
+  }
+  DecodeGraph& g = *it->second;
+  std::unique_ptr<Step> step = plan_step(plan, g.block_width, g.decode_splits);
+  DI_CHECK(step->host_metadata.size() <= g.metadata.size(), "decode graph of batch {}: metadata of {} entries for a "
+           "buffer of {}", batch, step->host_metadata.size(), g.metadata.size());
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the previous replay has read the pinned buffer
+  std::memcpy(g.pinned, step->host_metadata.data(), step->host_metadata.size() * 4);
+  step_ = std::move(step);
+  DI_CUDA_CHECK(cudaGraphLaunch(g.exec, stream()));
+  return g.logits;
+}
+
+CudaOps::DecodeGraph& CudaOps::capture_decode_graph(int batch, const BatchPlan& plan,
+                                                    const std::function<Tensor()>& forward) {
+  auto g = std::make_unique<DecodeGraph>();
+  g->batch = batch;
+  // A captured graph must serve every later step of its batch: the block table as wide as the KV
+  // cache allows one sequence, and the split count planned for the longest such context.
+  g->block_width = int32_t(kv_blocks_);
+  const int Hq = int(config_.num_attention_heads), Hkv = int(config_.num_kv_heads), D = int(config_.head_dim);
+  g->decode_splits = attn_layers_ > 0 ? attention::plan_decode_splits(batch, Hq, Hkv,
+                                                                      int(kv_blocks_ * options_.kv_block_size),
+                                                                      device_.num_sms, kMaxDecodeSplits)
+                                      : 1;
+  const size_t workspace = attn_layers_ > 0 ? attention::decode_workspace_bytes(batch, Hq, D, g->decode_splits) : 0;
+  g->arena = cuda::DeviceBuffer<uint8_t>(eager_step_bytes_.at(batch) + workspace + (size_t(4) << 20));
+  // ids, positions, token_seq, cu_seqlens, slots, kv_lens (6 B + 1), the block table, two tiles per row.
+  const size_t capacity = size_t(8 * batch + 1) + size_t(batch) * size_t(g->block_width);
+  DI_CUDA_CHECK(cudaMallocHost(&g->pinned, (capacity + size_t(batch)) * 4));
+  g->pinned_rows = g->pinned + capacity;
+  g->metadata = cuda::DeviceBuffer<int32_t>(capacity);
+
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  cudaGraph_t graph = nullptr;
+  graph_ = g.get();
+  DI_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  try {
+    g->logits = forward();  // begin_step fills g->pinned and captures its copy
+  } catch (...) {
+    graph_ = nullptr;
+    cudaStreamEndCapture(stream(), &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  graph_ = nullptr;
+  DI_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  const cudaError_t status = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  DI_CUDA_CHECK(status);
+  (void)plan;
+  spdlog::debug("captured the decode step of batch {} as a CUDA graph ({} MiB arena, {} attention splits)", batch,
+                g->arena.size() >> 20, g->decode_splits);
+  return *graphs_.emplace(batch, std::move(g)).first->second;
+}
 
 cudaStream_t CudaOps::stream() const { return stream_->stream; }
 
+namespace {
+
+// Copies host weights to the device through two pinned staging buffers: while one buffer's bytes
+// cross PCIe, threads fill the other from the mapped checkpoint (page cache), converting float32
+// matrices to bf16 on the way. Pageable copies would run at a fraction of the link's speed.
+class StagedUpload {
+ public:
+  explicit StagedUpload(cudaStream_t stream) : stream_(stream) {
+    for (Stage& s : stages_) {
+      DI_CUDA_CHECK(cudaMallocHost(&s.host, kStageBytes));
+      DI_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    }
+  }
+  ~StagedUpload() {
+    cudaStreamSynchronize(stream_);
+    for (Stage& s : stages_) cudaFreeHost(s.host), cudaEventDestroy(s.done);
+  }
+  // dst (device, bf16) <- the weight's elements as bf16.
+  void matrix(uint16_t* dst, const TensorView& w) {
+    const int64_t n = w.numel(), per_stage = int64_t(kStageBytes / 2);
+    for (int64_t first = 0; first < n; first += per_stage) {
+      const int64_t count = std::min(per_stage, n - first);
+      Stage& s = stages_[next_];
+      next_ ^= 1;
+      DI_CUDA_CHECK(cudaEventSynchronize(s.done));  // its previous copy has left the buffer
+      uint16_t* out = static_cast<uint16_t*>(s.host);
+      constexpr int64_t kBlock = 1 << 18;
+#pragma omp parallel for schedule(static)
+      for (int64_t b = 0; b < count; b += kBlock) {
+        const int64_t m = std::min(kBlock, count - b);
+        if (w.dtype == DType::bf16)
+          std::memcpy(out + b, w.as<uint16_t>() + first + b, size_t(m) * 2);
+        else
+          for (int64_t i = 0; i < m; ++i) out[b + i] = f32_to_bf16(w.as<float>()[first + b + i]);
+      }
+      DI_CUDA_CHECK(cudaMemcpyAsync(dst + first, out, size_t(count) * 2, cudaMemcpyHostToDevice, stream_));
+      DI_CUDA_CHECK(cudaEventRecord(s.done, stream_));
+    }
+  }
+
+ private:
+  static constexpr size_t kStageBytes = size_t(64) << 20;
+  struct Stage {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  cudaStream_t stream_;
+  Stage stages_[2];
+  int next_ = 0;
+};
+
+}  // namespace
+
 void CudaOps::upload_weights(const ModelWeights& w) {
+  StagedUpload upload(stream_->stream);
   auto matrix = [&](const TensorView& t) {
     if (t.empty() || weights_bf16_.count(t.data)) return;
-    std::vector<uint16_t> bits(size_t(t.numel()));
-    if (t.dtype == DType::bf16) std::memcpy(bits.data(), t.data, t.nbytes());
-    else
-      for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(t.as<float>()[i]);
-    cuda::DeviceBuffer<uint16_t> dev(std::span<const uint16_t>(bits.data(), bits.size()));
+    DI_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f32, "CudaOps: weight {} of dtype {} cannot be uploaded",
+             shape_str(t.shape), dtype_name(t.dtype));
+    cuda::DeviceBuffer<uint16_t> dev(size_t(t.numel()));
+    upload.matrix(dev.data(), t);
     resident_bytes_ += dev.bytes();
     weights_bf16_.emplace(t.data, std::move(dev));
   };
@@ -182,6 +345,14 @@ const float* CudaOps::device_param_f32(const TensorView& w, const char* what) co
 
 Tensor CudaOps::new_tensor(Shape shape, DType dtype) {
   const size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 16);
+  step_bytes_ += (bytes + 255) / 256 * 256;
+  if (graph_ != nullptr) {  // capturing: a bump allocation in the graph's arena, never freed
+    const size_t at = (graph_->arena_used + 255) / 256 * 256;
+    DI_CHECK(at + bytes <= graph_->arena.size(), "decode graph of batch {}: its activation arena of {} bytes is "
+             "full", graph_->batch, graph_->arena.size());
+    graph_->arena_used = at + bytes;
+    return Tensor::from_storage(nullptr, graph_->arena.data() + at, std::move(shape), dtype, Device::cuda);
+  }
   void* p = nullptr;
   DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_->stream));
   std::shared_ptr<Stream> owner = stream_;
@@ -237,6 +408,23 @@ void CudaOps::free_slot(int slot) {
 }
 
 void CudaOps::begin_step(const BatchPlan& plan) {
+  if (graph_ != nullptr) {  // capturing: the metadata goes through the graph's pinned buffer
+    step_ = plan_step(plan, graph_->block_width, graph_->decode_splits);
+    upload_step_metadata(*step_, graph_->pinned, graph_->metadata.data());
+    return;
+  }
+  step_ = plan_step(plan, 0, 0);
+  Tensor metadata = new_tensor({int64_t(step_->host_metadata.size())}, DType::i32);
+  // From pageable memory the copy is staged before the call returns.
+  upload_step_metadata(*step_, nullptr, metadata.as<int32_t>());
+  step_->metadata = metadata;
+}
+
+// Host side of a step: checks the plan against the slots, grows each sequence's KV blocks, plans
+// the attention, and lays out the metadata (section pointers are set by upload_step_metadata).
+// block_width > 0 fixes the block-table width and decode_splits > 0 the decode split count (a graph
+// replays with the layout it was captured with).
+std::unique_ptr<CudaOps::Step> CudaOps::plan_step(const BatchPlan& plan, int32_t block_width, int decode_splits) {
   const int64_t N = plan.n_tokens();
   DI_CHECK(int64_t(plan.positions.size()) == N, "batch plan: {} positions for {} tokens", plan.positions.size(), N);
   DI_CHECK(N > 0 && !plan.seqs.empty(), "batch plan: empty step");
@@ -266,6 +454,8 @@ void CudaOps::begin_step(const BatchPlan& plan) {
       DI_CHECK(need - int64_t(slot.blocks.size()) <= int64_t(free_blocks_.size()),
                "KV cache full: slot {} needs {} more blocks of {} tokens, {} are free", s.slot,
                need - int64_t(slot.blocks.size()), options_.kv_block_size, free_blocks_.size());
+      DI_CHECK(block_width == 0 || need <= block_width, "KV cache: slot {} needs {} blocks, a captured decode graph "
+               "holds {} per sequence", s.slot, need, block_width);
       while (int64_t(slot.blocks.size()) < need) {
         slot.blocks.push_back(free_blocks_.back());
         free_blocks_.pop_back();
@@ -275,14 +465,15 @@ void CudaOps::begin_step(const BatchPlan& plan) {
     shapes.push_back({int32_t(s.n_tokens), int32_t(s.n_past)});
   }
   DI_CHECK(next_row == N, "batch plan: sequences cover {} rows of {}", next_row, N);
+  if (block_width > 0) max_blocks = block_width;
   step->max_blocks = max_blocks;
   step->attention_plan = attention::plan_prefill(shapes);
 
   // One int32 array: ids | positions | token_seq | cu_seqlens | seq_slot | kv_lens | block table | tiles.
-  std::vector<int32_t> meta;
+  std::vector<int32_t>& meta = step->host_metadata;
   const size_t tiles = step->attention_plan.tile_seq.size();
   meta.reserve(size_t(3 * N + 3 * S + 1) + size_t(S) * size_t(max_blocks) + 2 * tiles);
-  std::vector<size_t> at;
+  std::vector<size_t>& at = step->sections;
   at.push_back(meta.size());
   for (int64_t t = 0; t < N; ++t) meta.push_back(plan.token_ids[size_t(t)]);
   at.push_back(meta.size());
@@ -311,26 +502,14 @@ void CudaOps::begin_step(const BatchPlan& plan) {
   at.push_back(meta.size());
   meta.insert(meta.end(), step->attention_plan.tile_q_start.begin(), step->attention_plan.tile_q_start.end());
 
-  step->metadata = new_tensor({int64_t(meta.size())}, DType::i32);
-  DI_CUDA_CHECK(cudaMemcpyAsync(step->metadata.data(), meta.data(), meta.size() * 4, cudaMemcpyHostToDevice,
-                                stream_->stream));
-  const int32_t* base = step->metadata.as<int32_t>();
-  step->token_ids = base + at[0];
-  step->positions = base + at[1];
-  step->token_seq = base + at[2];
-  step->cu_seqlens = base + at[3];
-  step->seq_slot = base + at[4];
-  step->kv_lens = base + at[5];
-  step->block_table = base + at[6];
-  step->tile_seq = base + at[7];
-  step->tile_q_start = base + at[8];
   if (step->decode && attn_layers_ > 0) {
     int64_t max_kv = 0;
     for (const SequenceSpan& s : plan.seqs) max_kv = std::max(max_kv, s.n_past + 1);
     const int Hq = int(config_.num_attention_heads), Hkv = int(config_.num_kv_heads), D = int(config_.head_dim);
-    step->decode_splits = attention::plan_decode_splits(S, Hq, Hkv, int(max_kv), device_.num_sms, kMaxDecodeSplits);
-    step->attention_workspace =
-        new_tensor({int64_t(attention::decode_workspace_bytes(S, Hq, D, step->decode_splits))}, DType::u8);
+    step->decode_splits = decode_splits > 0 ? decode_splits
+                                            : attention::plan_decode_splits(S, Hq, Hkv, int(max_kv), device_.num_sms,
+                                                                            kMaxDecodeSplits);
+    step->decode_workspace_bytes = attention::decode_workspace_bytes(S, Hq, D, step->decode_splits);
   }
   if (!step->decode) {  // the chunked prefill's scratch, grown to the largest step seen
     const di_gdn_prefill_shape shape{gdn_geometry(config_), S, N};
@@ -342,7 +521,31 @@ void CudaOps::begin_step(const BatchPlan& plan) {
   }
   // The step is planned: its tokens now count as cached (the KV blocks are reserved above).
   for (const SequenceSpan& s : plan.seqs) slots_[size_t(s.slot)].n_cached += s.n_tokens;
-  step_ = std::move(step);
+  return step;
+}
+
+// Copies the step's metadata to `device` (through `pinned` when given: a captured graph's copy node
+// reads that buffer at every replay) and points the step's sections into it.
+void CudaOps::upload_step_metadata(Step& step, int32_t* pinned, int32_t* device) {
+  const std::vector<int32_t>& meta = step.host_metadata;
+  const int32_t* src = meta.data();
+  if (pinned != nullptr) {
+    std::memcpy(pinned, meta.data(), meta.size() * 4);
+    src = pinned;
+  }
+  DI_CUDA_CHECK(cudaMemcpyAsync(device, src, meta.size() * 4, cudaMemcpyHostToDevice, stream_->stream));
+  const std::vector<size_t>& at = step.sections;
+  step.token_ids = device + at[0];
+  step.positions = device + at[1];
+  step.token_seq = device + at[2];
+  step.cu_seqlens = device + at[3];
+  step.seq_slot = device + at[4];
+  step.kv_lens = device + at[5];
+  step.block_table = device + at[6];
+  step.tile_seq = device + at[7];
+  step.tile_q_start = device + at[8];
+  if (step.decode_workspace_bytes > 0)
+    step.attention_workspace = new_tensor({int64_t(step.decode_workspace_bytes)}, DType::u8);
 }
 
 void CudaOps::check_step(const BatchPlan& plan, const char* op) const {
@@ -406,12 +609,19 @@ Tensor CudaOps::gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
     idx[i] = int32_t(rows[i]);
   }
   Tensor dev_rows = new_tensor({int64_t(idx.size())}, DType::i32);
-  DI_CUDA_CHECK(cudaMemcpyAsync(dev_rows.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice, stream()));
+  // From pageable memory the copy is staged before the call returns, so `idx` may go right after.
+  // A graph capture cannot copy from pageable memory: it copies from the graph's pinned buffer.
+  const int32_t* src = idx.data();
+  if (graph_ != nullptr) {
+    DI_CHECK(int(idx.size()) <= graph_->batch, "decode graph of batch {}: {} logit rows", graph_->batch, idx.size());
+    std::memcpy(graph_->pinned_rows, idx.data(), idx.size() * 4);
+    src = graph_->pinned_rows;
+  }
+  DI_CUDA_CHECK(cudaMemcpyAsync(dev_rows.data(), src, idx.size() * 4, cudaMemcpyHostToDevice, stream()));
   Tensor y = new_tensor({int64_t(rows.size()), width}, DType::bf16);
   check_launch(kernels::launch_gather_rows(x.data(), dev_rows.as<int32_t>(), int64_t(rows.size()), width, y.data(),
                                            stream()),
                "gather_rows");
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream()));  // `idx` is pageable host memory
   return y;
 }
 

@@ -29,6 +29,7 @@ struct CudaOpsOptions {
   int64_t kv_cache_tokens = 0;       // KV cache capacity in tokens, all slots together (0: 32768 per slot)
   int kv_block_size = 64;            // tokens per KV block
   std::string gdn_prefill_backend;   // empty: production dispatch; otherwise a backend name (forced)
+  bool decode_graphs = true;         // replay decode steps as CUDA graphs, one per batch size
   di_gdn_state_layout state_layout = DI_GDN_STATE_KV;
 };
 
@@ -42,6 +43,12 @@ class CudaOps final : public Ops {
   int alloc_slot() override;
   void free_slot(int slot) override;
   void begin_step(const BatchPlan& plan) override;
+  // Decode steps (every sequence one token on a populated state, logits of every row in order) run
+  // eagerly the first time a batch size is seen, are captured as a CUDA graph the second time, and
+  // replayed from then on; other steps run eagerly. The graph's logits live in its own arena.
+  Tensor run_forward(const BatchPlan& plan, const std::vector<int64_t>& rows, bool graphable,
+                     const std::function<Tensor()>& forward) override;
+  size_t captured_graphs() const;
 
   Tensor embed(const TensorView& table, const BatchPlan& plan) override;
   Tensor rms_norm(const Tensor& x, const TensorView& weight, double eps) override;
@@ -88,7 +95,8 @@ class CudaOps final : public Ops {
     int64_t n_cached = 0;          // tokens in its state and KV cache
     std::vector<int32_t> blocks;   // KV blocks in order
   };
-  struct Step;  // the device metadata of the current step
+  struct Step;         // the device metadata of the current step
+  struct DecodeGraph;  // a captured decode step of one batch size
 
   Tensor new_tensor(Shape shape, DType dtype);
   const void* device_weight(const TensorView& w, const char* what) const;
@@ -96,6 +104,9 @@ class CudaOps final : public Ops {
   void upload_weights(const ModelWeights& weights);
   void check_step(const BatchPlan& plan, const char* op) const;
   bool step_is_decode() const;
+  std::unique_ptr<Step> plan_step(const BatchPlan& plan, int32_t block_width, int decode_splits);
+  void upload_step_metadata(Step& step, int32_t* pinned, int32_t* device);
+  DecodeGraph& capture_decode_graph(int batch, const BatchPlan& plan, const std::function<Tensor()>& forward);
   float* recurrent_pool(int64_t gdn_layer) const;
   void* conv_pool(int64_t gdn_layer) const;
 
@@ -120,6 +131,11 @@ class CudaOps final : public Ops {
   std::unique_ptr<Step> step_;
   cuda::DeviceBuffer<uint8_t> gdn_scratch_;
   size_t resident_bytes_ = 0;
+  // Decode graphs by batch size (null: seen once, eager, its activation bytes measured).
+  std::unordered_map<int, std::unique_ptr<DecodeGraph>> graphs_;
+  std::unordered_map<int, size_t> eager_step_bytes_;
+  DecodeGraph* graph_ = nullptr;  // set while capturing: new_tensor takes from its arena
+  size_t step_bytes_ = 0;         // bytes new_tensor handed out since the step began
 };
 
 }  // namespace di

@@ -28,7 +28,8 @@ std::vector<float> Sequence::feed(std::span<const int32_t> tokens, bool all_logi
   } else {
     rows.push_back(n - 1);
   }
-  Tensor logits = model_.forward(plan, rows, ops_);
+  Tensor logits = ops_.run_forward(plan, rows, /*graphable=*/!model_.observer,
+                                  [&] { return model_.forward(plan, rows, ops_); });
   n_past_ += n;
   return ops_.to_host(logits);
 }

@@ -8,6 +8,7 @@
 // per-layer memory: the KV cache of the full-attention layers, and the conv state and recurrent
 // state of the GDN layers.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -36,6 +37,17 @@ class Ops {
   // State slots: one per live sequence, zeroed on allocation.
   virtual int alloc_slot() = 0;
   virtual void free_slot(int slot) = 0;
+
+  // Runs one forward step: `forward` calls the model's forward pass on `plan` and returns the logits
+  // of `rows`. An implementation may run it eagerly (the default) or, for steps that repeat with
+  // the same shape, replay a captured CUDA graph of it (CudaOps, for decode steps). `graphable` is
+  // false when the caller observes intermediates (the trace needs every op to run on the host).
+  // The returned logits stay valid until the next step.
+  virtual Tensor run_forward(const BatchPlan& plan, const std::vector<int64_t>& rows, bool graphable,
+                             const std::function<Tensor()>& forward) {
+    (void)plan, (void)rows, (void)graphable;
+    return forward();
+  }
 
   // Called once per forward step before any op: the plan (token ids, positions, sequences, slots)
   // is then fixed for every op of the step, so an implementation may prepare it once (the CUDA ops

@@ -6,7 +6,8 @@
 //   - the 4b-geometry preset, all 32 layers, prefilling 2048 tokens and decoding 128.
 // The GPU runs bf16 activations; two bf16 runs that sum in different orders (chunking, GEMM
 // blocking) differ by rounding flips that spread through the layers, so whole-model comparisons use
-// the tolerance rows written for that (kGoldenBf16Logit for logits, kBf16RunState for states).
+// the tolerance rows written for that (kBf16RunLogit with a bound on the mean for logits,
+// kBf16RunState for states).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -33,6 +34,20 @@ std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
   std::vector<int32_t> out(static_cast<size_t>(n));
   for (auto& t : out) t = id(rng);
   return out;
+}
+
+// Logits of two bf16 runs: every element within kBf16RunLogit and the mean |error| within
+// kBf16RunLogitMean (printed, so the round's log records it).
+::testing::AssertionResult logits_close(const std::vector<float>& actual, const std::vector<float>& expected,
+                                        const std::string& what) {
+  ::testing::AssertionResult max_ok = all_close(actual, expected, testing::kBf16RunLogit, what);
+  if (!max_ok) return max_ok;
+  double sum = 0;
+  for (size_t i = 0; i < actual.size(); ++i) sum += std::fabs(double(actual[i]) - double(expected[i]));
+  const double mean = sum / double(std::max<size_t>(actual.size(), 1));
+  std::printf("[ logits ] %s: mean |error| %.4f over %zu logits\n", what.c_str(), mean, actual.size());
+  if (mean <= testing::kBf16RunLogitMean) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": mean |error| " << mean << " above " << testing::kBf16RunLogitMean;
 }
 
 double max_abs(const std::vector<float>& v) {
@@ -81,7 +96,7 @@ TEST_F(GpuModel, EveryIntermediateTracksTheCpuReference) {
   };
   Sequence gs(model, gpu);
   const std::vector<float> gpu_logits = gs.feed(tokens, true);
-  EXPECT_TRUE(all_close(gpu_logits, cpu_logits, testing::kGoldenBf16Logit, "logits of 200 tokens"));
+  EXPECT_TRUE(logits_close(gpu_logits, cpu_logits, "logits of 200 tokens"));
 }
 
 // A 3000-token prompt prefilled in pieces equals one piece: logits and every GDN layer's state.
@@ -100,7 +115,7 @@ TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
     std::vector<float> logits;
     for (size_t i = 0; i < tokens.size(); i += size_t(piece))
       logits = pieces.feed(std::span<const int32_t>(tokens).subspan(i, std::min(tokens.size() - i, size_t(piece))));
-    EXPECT_TRUE(all_close(logits, whole_logits, testing::kGoldenBf16Logit, "last-token logits"));
+    EXPECT_TRUE(logits_close(logits, whole_logits, "last-token logits"));
     for (int64_t l = 0; l < gdn_layers; ++l) {
       const std::string layer = "GDN layer " + std::to_string(l);
       // Layer 0 sees identical inputs in both runs: its conv state is the same bf16 values, and its
@@ -157,11 +172,51 @@ TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
     const std::vector<float> logits = gpu.to_host(model.forward(plan, rows, gpu));
     for (size_t s = 0; s < lengths.size(); ++s) {
       const std::vector<float> mine(logits.begin() + int64_t(s) * vocab, logits.begin() + int64_t(s + 1) * vocab);
-      EXPECT_TRUE(all_close(mine, alone[s][size_t(step)], testing::kGoldenBf16Logit,
-                            "sequence " + std::to_string(s) + " step " + std::to_string(step)));
+      EXPECT_TRUE(logits_close(mine, alone[s][size_t(step)],
+                               "sequence " + std::to_string(s) + " step " + std::to_string(step)));
     }
   }
   for (int slot : slots) gpu.free_slot(slot);
+}
+
+// Decode steps replayed from CUDA graphs give the logits of the same steps run eagerly (the graph
+// fixes the attention's split count for the longest context, so the two differ by float32
+// reordering there, then by bf16 rounding flips).
+TEST_F(GpuModel, DecodeGraphsMatchEagerSteps) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const ModelConfig& c = tiny().config;
+  Qwen35Model model(c, tiny().weights);
+  CudaOps graphs(c, tiny().weights, CudaOpsOptions{.max_slots = 4, .kv_cache_tokens = 4096});
+  CudaOps eager(c, tiny().weights, CudaOpsOptions{.max_slots = 4, .kv_cache_tokens = 4096, .decode_graphs = false});
+  const std::vector<int64_t> lengths = {5, 64, 130};
+  const int64_t batch = int64_t(lengths.size()), vocab = c.vocab_size;
+  std::vector<std::vector<int32_t>> tokens;
+  for (int64_t n : lengths) tokens.push_back(random_tokens(n + 12, rng_));
+  std::vector<int> g_slots, e_slots;
+  for (int64_t i = 0; i < batch; ++i) g_slots.push_back(graphs.alloc_slot()), e_slots.push_back(eager.alloc_slot());
+  for (int64_t step = 0; step <= 12; ++step) {
+    auto plan_for = [&](const std::vector<int>& slots) {
+      BatchPlan plan;
+      for (int64_t s = 0; s < batch; ++s) {
+        const int64_t n_past = step == 0 ? 0 : lengths[size_t(s)] + step - 1, n = step == 0 ? lengths[size_t(s)] : 1;
+        plan.seqs.push_back({plan.n_tokens(), n, n_past, slots[size_t(s)]});
+        for (int64_t i = 0; i < n; ++i) {
+          plan.token_ids.push_back(tokens[size_t(s)][size_t(n_past + i)]);
+          plan.positions.push_back(n_past + i);
+        }
+      }
+      return plan;
+    };
+    const BatchPlan gp = plan_for(g_slots), ep = plan_for(e_slots);
+    std::vector<int64_t> rows;
+    for (const SequenceSpan& s : gp.seqs) rows.push_back(s.first_token + s.n_tokens - 1);
+    const std::vector<float> g = graphs.to_host(graphs.run_forward(gp, rows, true, [&] { return model.forward(gp, rows, graphs); }));
+    const std::vector<float> e = eager.to_host(eager.run_forward(ep, rows, true, [&] { return model.forward(ep, rows, eager); }));
+    ASSERT_EQ(g.size(), size_t(batch * vocab));
+    EXPECT_TRUE(logits_close(g, e, "decode step " + std::to_string(step)));
+  }
+  EXPECT_EQ(graphs.captured_graphs(), 1u) << "decode steps of batch 3 are captured once and replayed";
+  EXPECT_EQ(eager.captured_graphs(), 0u);
 }
 
 // The full 4B geometry (32 layers, random weights): 2048 tokens of prefill then 128 greedy decode
@@ -196,8 +251,7 @@ TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
   EXPECT_EQ(seq.n_past(), 2048 + 128);
   Sequence fresh(model, gpu);
   const std::vector<float> prefill_logits = fresh.feed(all);
-  EXPECT_TRUE(all_close(logits, prefill_logits, testing::kGoldenBf16Logit,
-                        "logits after 128 decode steps vs a prefill of all 2176 tokens"));
+  EXPECT_TRUE(logits_close(logits, prefill_logits, "logits after 128 decode steps vs a prefill of all 2176 tokens"));
   if (!shared) std::filesystem::remove_all(dir);
 }
 
