@@ -24,6 +24,19 @@ namespace di {
 // memory is returned to the stream-ordered pool when the last Tensor copy goes).
 struct CudaOps::Stream {
   cudaStream_t stream = nullptr;
+  // While a graph is being captured on the stream, a pool allocation whose last Tensor goes cannot
+  // be freed (the free would enter the graph): it waits here until the capture ends.
+  bool capturing = false;
+  std::vector<void*> deferred_frees;
+  void free(void* p) {
+    if (capturing) deferred_frees.push_back(p);
+    else cudaFreeAsync(p, stream);
+  }
+  void end_capture() {
+    capturing = false;
+    for (void* p : deferred_frees) cudaFreeAsync(p, stream);
+    deferred_frees.clear();
+  }
   Stream() { DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
   ~Stream() {
     cudaStreamSynchronize(stream);
@@ -214,20 +227,25 @@ CudaOps::DecodeGraph& CudaOps::capture_decode_graph(int batch, const BatchPlan& 
   g->pinned_rows = g->pinned + capacity;
   g->metadata = cuda::DeviceBuffer<int32_t>(capacity);
 
+  step_.reset();  // the previous step's metadata goes back to the pool now, not inside the capture
   DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
   cudaGraph_t graph = nullptr;
   graph_ = g.get();
+  stream_->capturing = true;
   DI_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   try {
     g->logits = forward();  // begin_step fills g->pinned and captures its copy
   } catch (...) {
     graph_ = nullptr;
     cudaStreamEndCapture(stream(), &graph);
+    stream_->end_capture();
     if (graph) cudaGraphDestroy(graph);
     throw;
   }
   graph_ = nullptr;
-  DI_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+  stream_->end_capture();
+  DI_CUDA_CHECK(ended);
   const cudaError_t status = cudaGraphInstantiate(&g->exec, graph, 0);
   cudaGraphDestroy(graph);
   DI_CUDA_CHECK(status);
@@ -356,7 +374,7 @@ Tensor CudaOps::new_tensor(Shape shape, DType dtype) {
   void* p = nullptr;
   DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_->stream));
   std::shared_ptr<Stream> owner = stream_;
-  std::shared_ptr<void> storage(p, [owner](void* ptr) { cudaFreeAsync(ptr, owner->stream); });
+  std::shared_ptr<void> storage(p, [owner](void* ptr) { owner->free(ptr); });
   return Tensor::from_storage(std::move(storage), p, std::move(shape), dtype, Device::cuda);
 }
 

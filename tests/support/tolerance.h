@@ -57,6 +57,12 @@
 //                                 outputs that cancel to near zero, where the two summation orders
 //                                 differ by more than the bf16 ulp of the result (measured 1.7e-5 at
 //                                 K = 9216, an output of 4e-4). The call site multiplies atol by √K.
+//   kBf16RopeFlips  8e-3 / 1.6e-2  bf16 RoPE on the GPU against the CPU reference in Precision::bf16
+//                                 for components in [-1, 1]: cosf/sinf one ulp from the host's may
+//                                 flip the bf16 rounding of cos or sin, which moves a product
+//                                 a·cos by up to 2^-8·|a|; the two products of a rotation then
+//                                 cancel, so the error is absolute (at most two such flips, 2^-7;
+//                                 measured 0.0078 on N(0, 1) components)
 //   kF32ChunkingState 1e-4 / 1e-3  the recurrent state of the first GDN layer after a long prompt
 //                                 prefilled in different pieces: identical inputs, float32 chunked
 //                                 arithmetic split at other chunk boundaries; each of the ~T/64
@@ -140,6 +146,7 @@ inline constexpr Tolerance kBf16RoundingFlips{1e-5, 1.6e-2, "bf16-rounding-flips
 inline constexpr Tolerance kBf16AttentionP{4e-3, 4e-3, "bf16-attention-p (atol per max|v|)"};
 inline constexpr Tolerance kBf16AfterF32Reorder{2e-5, 4e-3, "bf16-after-f32-reorder"};
 inline constexpr Tolerance kBf16GemmVsRef{2e-6, 1.6e-2, "bf16-gemm-vs-ref (atol per sqrt(K))"};
+inline constexpr Tolerance kBf16RopeFlips{8e-3, 1.6e-2, "bf16-rope-flips"};
 inline constexpr Tolerance kF32ChunkingState{1e-4, 1e-3, "f32-chunking-state"};
 inline constexpr Tolerance kBf16RunState{1e-1, 5e-2, "bf16-run-state"};
 inline constexpr Tolerance kBf16RunLogit{2.5, 0.02, "bf16-run-logit"};
