@@ -11,6 +11,17 @@ if(status STREQUAL "")
 else()
   set(dirty "true")
 endif()
+# A tree copied to another machine without its history (the GPU machine gets the working tree and a
+# stale .git) says where it came from: DI_SOURCE_COMMIT and DI_SOURCE_DIRTY, read on the machine
+# that sent it, override what git reports here.
+if(DEFINED ENV{DI_SOURCE_COMMIT} AND NOT "$ENV{DI_SOURCE_COMMIT}" STREQUAL "")
+  set(commit "$ENV{DI_SOURCE_COMMIT}")
+  if("$ENV{DI_SOURCE_DIRTY}" STREQUAL "true")
+    set(dirty "true")
+  else()
+    set(dirty "false")
+  endif()
+endif()
 set(content "// Generated at build time; do not edit.
 #include \"core/provenance.h\"
 namespace di {

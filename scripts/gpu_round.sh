@@ -7,8 +7,10 @@
 #   3. the benchmarks: the GDN kernel lab, the engine end to end on the 4b-geometry preset, the same
 #      model through Hugging Face transformers, and the time from a cold process to the first token;
 #   4. a short table printed last. Full logs and JSON reports go to LOG_DIR.
-# usage: scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--no-bench] [--no-tests] [LOG_DIR]
-#        (LOG_DIR defaults to $OUT, else gpu-logs)
+# usage: DI_SOURCE_COMMIT=<sha> DI_SOURCE_DIRTY=<true|false> \
+#          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--no-bench] [--no-tests] [LOG_DIR]
+#        (LOG_DIR defaults to $OUT, else gpu-logs; the two variables, read where the tree was sent
+#        from, go into every binary's provenance because the copy's .git is not that tree's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 prebuilt="" all_tests=0 bench=1 tests=1 logs=""
@@ -32,8 +34,8 @@ row() { rows+=("| $1 | $2 |"); }
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   nvcc --version | tail -2
   cmake --version | head -1
-  git log -1 --format='commit %H' 2>/dev/null || true
-  git status --porcelain 2>/dev/null | head -20
+  # The tree arrives without its history: the caller passes the commit it was sent from.
+  echo "source commit ${DI_SOURCE_COMMIT:-unknown (set DI_SOURCE_COMMIT)} dirty ${DI_SOURCE_DIRTY:-unknown}"
 } >"$logs/machine.txt" 2>&1
 row machine "$(sed -n 2p "$logs/machine.txt")"
 

@@ -39,15 +39,15 @@ std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
 // Logits of two bf16 runs: every element within kBf16RunLogit and the mean |error| within
 // kBf16RunLogitMean (printed, so the round's log records it).
 ::testing::AssertionResult logits_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                                        const std::string& what) {
+                                        const std::string& what, double mean_bound = testing::kBf16RunLogitMean) {
   ::testing::AssertionResult max_ok = all_close(actual, expected, testing::kBf16RunLogit, what);
   if (!max_ok) return max_ok;
   double sum = 0;
   for (size_t i = 0; i < actual.size(); ++i) sum += std::fabs(double(actual[i]) - double(expected[i]));
   const double mean = sum / double(std::max<size_t>(actual.size(), 1));
   std::printf("[ logits ] %s: mean |error| %.4f over %zu logits\n", what.c_str(), mean, actual.size());
-  if (mean <= testing::kBf16RunLogitMean) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": mean |error| " << mean << " above " << testing::kBf16RunLogitMean;
+  if (mean <= mean_bound) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": mean |error| " << mean << " above " << mean_bound;
 }
 
 double max_abs(const std::vector<float>& v) {
@@ -220,7 +220,11 @@ TEST_F(GpuModel, DecodeGraphsMatchEagerSteps) {
 }
 
 // The full 4B geometry (32 layers, random weights): 2048 tokens of prefill then 128 greedy decode
-// steps; the last decode step's logits equal a fresh prefill of the whole sequence.
+// steps. Two comparisons, against a prefill of the whole sequence that gives the logits of the same
+// 128 positions: the last step's logits within the bf16 run-to-run tolerance of a 32-layer model,
+// and the greedy tokens equal to the prefill's argmax wherever its top-two margin exceeds twice that
+// tolerance (the golden gates' margin rule). For scale, the GPU against the CPU bf16 reference on
+// the first 32 tokens is printed (and held to the same tolerance).
 TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   // The GPU round writes the checkpoint once for this test and the benchmarks (DI_4B_MODEL_DIR).
@@ -230,28 +234,66 @@ TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
   if (!shared) write_tiny_model(dir, TinyModelOptions{.preset = "4b-geometry"});
   const LoadedModel m = load_model(dir);
   ASSERT_EQ(m.config.num_layers, 32);
+  const int64_t vocab = m.config.vocab_size;
   Qwen35Model model(m.config, m.weights);
   CudaOps gpu(m.config, m.weights, CudaOpsOptions{.max_slots = 2, .kv_cache_tokens = 8192});
   std::printf("4b-geometry written, loaded and uploaded in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const std::vector<int32_t> prompt = random_tokens(2048, rng_);
-  GenerateOptions options;
-  options.max_tokens = 128;
-  std::vector<float> last_logits;
+
+  {  // the scale of bf16 run-to-run differences at 32 layers: GPU against the CPU reference
+    const std::span<const int32_t> head = std::span<const int32_t>(prompt).first(32);
+    CpuOps cpu(m.config, Precision::bf16);
+    Sequence c(model, cpu), g(model, gpu);
+    EXPECT_TRUE(logits_close(g.feed(head), c.feed(head), "4b: GPU against CPU bf16, last of 32 tokens",
+                             testing::kBf16RunLogitMean32));
+  }
+
   Sequence seq(model, gpu);
   std::vector<float> logits = seq.feed(prompt);
   std::vector<int32_t> all = prompt;
   for (int64_t step = 0; step < 128; ++step) {
     for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << "non-finite logit at decode step " << step;
-    const int32_t next = int32_t(argmax(logits.data(), m.config.vocab_size));
+    const int32_t next = int32_t(argmax(logits.data(), vocab));
     all.push_back(next);
+    if (step == 127) break;
     const int32_t one[1] = {next};
     logits = seq.feed(one);
   }
-  EXPECT_EQ(seq.n_past(), 2048 + 128);
-  Sequence fresh(model, gpu);
-  const std::vector<float> prefill_logits = fresh.feed(all);
-  EXPECT_TRUE(logits_close(logits, prefill_logits, "logits after 128 decode steps vs a prefill of all 2176 tokens"));
+  EXPECT_EQ(seq.n_past(), 2048 + 127);
+
+  // One prefill of the 2175 tokens fed above, with the logits of the positions that chose the 128 tokens.
+  const int slot = gpu.alloc_slot();
+  BatchPlan plan;
+  plan.token_ids.assign(all.begin(), all.end() - 1);
+  plan.positions.resize(plan.token_ids.size());
+  std::iota(plan.positions.begin(), plan.positions.end(), 0);
+  plan.seqs.push_back({0, plan.n_tokens(), 0, slot});
+  std::vector<int64_t> rows;
+  for (int64_t p = 2047; p < plan.n_tokens(); ++p) rows.push_back(p);
+  const std::vector<float> prefill = gpu.to_host(model.forward(plan, rows, gpu));
+  gpu.free_slot(slot);
+  const std::vector<float> last(prefill.end() - vocab, prefill.end());
+  EXPECT_TRUE(logits_close(logits, last, "4b: logits of decode step 127 against the prefill",
+                           testing::kBf16RunLogitMean32));
+  int above = 0, agree_above = 0, agree = 0;
+  for (size_t s = 0; s < rows.size(); ++s) {
+    const float* row = prefill.data() + s * size_t(vocab);
+    const int64_t best = argmax(row, vocab);
+    float second = -INFINITY;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (i != best) second = std::max(second, row[i]);
+    const bool same = best == all[2048 + s];
+    agree += same;
+    if (row[best] - second > 2 * testing::allowed_error(testing::kBf16RunLogit, row[best])) {
+      ++above;
+      agree_above += same;
+      EXPECT_TRUE(same) << "decode step " << s << ": greedy token " << all[2048 + s] << ", prefill argmax " << best
+                        << " with margin " << row[best] - second;
+    }
+  }
+  std::printf("4b: greedy decode tokens equal the prefill argmax at %d of 128 steps (%d of %d above the margin)\n",
+              agree, agree_above, above);
   if (!shared) std::filesystem::remove_all(dir);
 }
 
