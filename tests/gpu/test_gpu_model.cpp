@@ -39,8 +39,9 @@ std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
 // Logits of two bf16 runs: every element within kBf16RunLogit and the mean |error| within
 // kBf16RunLogitMean (printed, so the round's log records it).
 ::testing::AssertionResult logits_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                                        const std::string& what, double mean_bound = testing::kBf16RunLogitMean) {
-  ::testing::AssertionResult max_ok = all_close(actual, expected, testing::kBf16RunLogit, what);
+                                        const std::string& what, testing::Tolerance tol = testing::kBf16RunLogit,
+                                        double mean_bound = testing::kBf16RunLogitMean) {
+  ::testing::AssertionResult max_ok = all_close(actual, expected, tol, what);
   if (!max_ok) return max_ok;
   double sum = 0;
   for (size_t i = 0; i < actual.size(); ++i) sum += std::fabs(double(actual[i]) - double(expected[i]));
@@ -246,7 +247,7 @@ TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
     CpuOps cpu(m.config, Precision::bf16);
     Sequence c(model, cpu), g(model, gpu);
     EXPECT_TRUE(logits_close(g.feed(head), c.feed(head), "4b: GPU against CPU bf16, last of 32 tokens",
-                             testing::kBf16RunLogitMean32));
+                             testing::kBf16RunLogit32, testing::kBf16RunLogitMean32));
   }
 
   Sequence seq(model, gpu);
@@ -275,7 +276,7 @@ TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
   gpu.free_slot(slot);
   const std::vector<float> last(prefill.end() - vocab, prefill.end());
   EXPECT_TRUE(logits_close(logits, last, "4b: logits of decode step 127 against the prefill",
-                           testing::kBf16RunLogitMean32));
+                           testing::kBf16RunLogit32, testing::kBf16RunLogitMean32));
   int above = 0, agree_above = 0, agree = 0;
   for (size_t s = 0; s < rows.size(); ++s) {
     const float* row = prefill.data() + s * size_t(vocab);
@@ -285,7 +286,7 @@ TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
       if (i != best) second = std::max(second, row[i]);
     const bool same = best == all[2048 + s];
     agree += same;
-    if (row[best] - second > 2 * testing::allowed_error(testing::kBf16RunLogit, row[best])) {
+    if (row[best] - second > 2 * testing::allowed_error(testing::kBf16RunLogit32, row[best])) {
       ++above;
       agree_above += same;
       EXPECT_TRUE(same) << "decode step " << s << ": greedy token " << all[2048 + s] << ", prefill argmax " << best
