@@ -295,6 +295,10 @@ TEST_F(GpuModel, FullSize4bGeometryPrefillsAndDecodes) {
   }
   std::printf("4b: greedy decode tokens equal the prefill argmax at %d of 128 steps (%d of %d above the margin)\n",
               agree, agree_above, above);
+  // The random 4B model's top-two margins rarely exceed twice kBf16RunLogit32 (0 and 4 of 128 steps
+  // in the H200 runs), so the agreement rate is the token gate here, as in the bf16 golden gates
+  // (measured 109 and 114 of 128).
+  EXPECT_GE(agree, 96) << "greedy decode tokens against the prefill's argmax";
   if (!shared) std::filesystem::remove_all(dir);
 }
 
