@@ -52,6 +52,8 @@
 #include "gdn/baseline_prefill.h"
 
 #include <cuda_bf16.h>
+
+#include "kernels/cuda_common.cuh"
 #include <cuda_runtime.h>
 
 #include <cstdarg>
@@ -99,22 +101,14 @@ static_assert(kThreads == 8 * kTileV, "thread mappings: 8 column groups of 4 x 3
 // ---------------------------------------------------------------------------------------------
 // Small device helpers.
 
-__device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+using kernels::bf16_hi;
+using kernels::bf16_lo;
+using kernels::load_bf16x4;
+using kernels::pack_bf16x2;
 
 __device__ __forceinline__ uint32_t load_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Four consecutive bf16 (8-byte aligned) as floats.
-__device__ __forceinline__ void load_bf16x4(const bf16* p, float (&x)[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  x[0] = bf16_lo(raw.x), x[1] = bf16_hi(raw.x), x[2] = bf16_lo(raw.y), x[3] = bf16_hi(raw.y);
-}
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
-  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
-  return l | (h << 16);
-}
 
 __device__ __forceinline__ float4 load_f4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void store_f4(float* p, float a, float b, float c, float d) {

@@ -23,6 +23,8 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/cuda_common.cuh"
+
 #include <cstdint>
 
 namespace di::gdn {
@@ -39,19 +41,12 @@ constexpr int kCtasPerHead = kHeadDim / kColsPerCta;
 constexpr int kKeysPerThread = 16;
 constexpr float kNormEps = 1e-6f;
 
-__device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+using kernels::bf16_hi;
+using kernels::bf16_lo;
+using kernels::load_bf16x4;
+using kernels::pack_bf16x2;
 
-__device__ __forceinline__ void load_bf16x4(const bf16* p, float (&x)[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  x[0] = bf16_lo(raw.x), x[1] = bf16_hi(raw.x), x[2] = bf16_lo(raw.y), x[3] = bf16_hi(raw.y);
-}
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
-  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
-  return l | (h << 16);
-}
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll

@@ -15,6 +15,20 @@ __device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x)
 // Round a float32 to the nearest bf16 value and back: where the reference rounds.
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+// bf16 pairs packed in 32 bits (the low half is the first element), and four bf16 (8-byte aligned)
+// as floats: the vector loads and stores of the GDN kernels.
+__device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+__device__ __forceinline__ void load_bf16x4(const bf16* p, float (&x)[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  x[0] = bf16_lo(raw.x), x[1] = bf16_hi(raw.x), x[2] = bf16_lo(raw.y), x[3] = bf16_hi(raw.y);
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
+  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
+  return l | (h << 16);
+}
+
 // Precise expf/logf (no fast-math intrinsics), so values agree with the host reference to an ulp.
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -26,6 +26,7 @@
 #include "core/cuda.h"
 #include "core/tensor.h"
 #include "gdn/baseline_prefill.h"
+#include "gpu/gdn_test_support.h"
 #include "gpu/gpu_test.h"
 #include "kernels/gdn/prep_ref.h"
 #include "kernels/gdn/ref.h"
@@ -43,35 +44,7 @@ using di::testing::kBf16TwoGdnKernels;
 using di::testing::kF32GdnKernelState;
 using di::testing::seed_trace;
 
-constexpr int kDim = 128;
-constexpr di_gdn_geometry kQwenSmall{16, 32, kDim, kDim};
-constexpr di_gdn_state_layout kLayouts[] = {DI_GDN_STATE_KV, DI_GDN_STATE_VK};
-const float kScale = float(1.0 / std::sqrt(double(kDim)));
-
-const char* layout_str(di_gdn_state_layout layout) { return layout == DI_GDN_STATE_KV ? "[H,K,V]" : "[H,V,K]"; }
-
-std::vector<float> to_layout(const std::vector<float>& kv, di_gdn_state_layout layout) {
-  if (layout == DI_GDN_STATE_KV) return kv;
-  std::vector<float> vk(kv.size());
-  for (size_t m = 0; m < kv.size() / (kDim * kDim); ++m)
-    for (int i = 0; i < kDim; ++i)
-      for (int j = 0; j < kDim; ++j) vk[(m * kDim + j) * kDim + i] = kv[(m * kDim + i) * kDim + j];
-  return vk;
-}
-std::vector<float> from_layout(const std::vector<float>& x, di_gdn_state_layout layout) {
-  if (layout == DI_GDN_STATE_KV) return x;
-  std::vector<float> kv(x.size());
-  for (size_t m = 0; m < x.size() / (kDim * kDim); ++m)
-    for (int i = 0; i < kDim; ++i)
-      for (int j = 0; j < kDim; ++j) kv[(m * kDim + i) * kDim + j] = x[(m * kDim + j) * kDim + i];
-  return kv;
-}
-
-std::vector<float> bf16_to_floats(const std::vector<uint16_t>& x) {
-  std::vector<float> f(x.size());
-  for (size_t i = 0; i < x.size(); ++i) f[i] = bf16_to_f32(x[i]);
-  return f;
-}
+using namespace di::gdn::testing;
 
 template <typename T>
 std::vector<T> slice(const std::vector<T>& x, size_t begin, size_t n) {

@@ -27,6 +27,7 @@
 
 #include "core/bf16.h"
 #include "core/cuda.h"
+#include "gpu/gdn_test_support.h"
 #include "gpu/gpu_test.h"
 #include "kernels/gdn/ref.h"
 #include "support/seed.h"
@@ -43,11 +44,7 @@ using di::testing::kF32GdnKernelState;
 using di::testing::seed_trace;
 using di::testing::Tolerance;
 
-constexpr int kDim = 128;  // K == V: what the baseline serves
-constexpr di_gdn_geometry kQwenSmall{16, 32, kDim, kDim};
-constexpr di_gdn_state_layout kLayouts[] = {DI_GDN_STATE_KV, DI_GDN_STATE_VK};
-
-const char* layout_str(di_gdn_state_layout layout) { return layout == DI_GDN_STATE_KV ? "[H,K,V]" : "[H,V,K]"; }
+using namespace di::gdn::testing;
 
 using GdnGpuTest = di::testing::GpuTest;
 
@@ -173,29 +170,6 @@ Reference<double> oracle(const Batch& b, const std::vector<float>& initial, floa
   return reference<double>(b, initial, scale, /*chunked=*/false, normalize_qk);
 }
 
-// A pool of matrices [n, K, V] (V contiguous) in `layout`, and back.
-std::vector<float> to_layout(const std::vector<float>& kv, di_gdn_state_layout layout) {
-  if (layout == DI_GDN_STATE_KV) return kv;
-  std::vector<float> vk(kv.size());
-  for (size_t m = 0; m < kv.size() / (kDim * kDim); ++m)
-    for (int i = 0; i < kDim; ++i)
-      for (int j = 0; j < kDim; ++j) vk[(m * kDim + j) * kDim + i] = kv[(m * kDim + i) * kDim + j];
-  return vk;
-}
-std::vector<float> from_layout(const std::vector<float>& x, di_gdn_state_layout layout) {
-  if (layout == DI_GDN_STATE_KV) return x;
-  std::vector<float> kv(x.size());
-  for (size_t m = 0; m < x.size() / (kDim * kDim); ++m)
-    for (int i = 0; i < kDim; ++i)
-      for (int j = 0; j < kDim; ++j) kv[(m * kDim + i) * kDim + j] = x[(m * kDim + j) * kDim + i];
-  return kv;
-}
-
-std::vector<float> bf16_to_floats(const std::vector<uint16_t>& x) {
-  std::vector<float> f(x.size());
-  for (size_t i = 0; i < x.size(); ++i) f[i] = bf16_to_f32(x[i]);
-  return f;
-}
 
 // The matrices of one (slot, head range) from a pool [slots, Hv, K, V].
 template <typename T>
@@ -302,7 +276,6 @@ void expect_matches_oracle(const Batch& b, const Reference<double>& want, const 
   }
 }
 
-const float kScale = float(1.0 / std::sqrt(double(kDim)));
 
 // ---------------------------------------------------------------------------------------------
 // Single sequences of odd lengths, zero and random initial state, both layouts.
