@@ -58,6 +58,8 @@ else
   grep -q -E "no CUDA device is visible|built without CUDA" "$work/err" && pass "--device cuda without a GPU: clear error" ||
     bad "--device cuda failed: $(tail -1 "$work/err")"
 fi
+expect_fail "unknown or CPU-side GDN prefill backend" "GDN prefill backend" "$bin" generate --model "$model" \
+  --gdn-prefill-backend no-such-backend --prompt-ids 1
 expect_fail "--precision f32 on the GPU" "bf16 only" "$bin" generate --model "$model" --device cuda --precision f32 --prompt-ids 1
 s1=$("$bin" generate --model "$model" --prompt-ids 9,8,7 --max-tokens 10 --temperature 0.8 --top-p 0.9 --seed 3 2>/dev/null)
 s2=$("$bin" generate --model "$model" --prompt-ids 9,8,7 --max-tokens 10 --temperature 0.8 --top-p 0.9 --seed 3 2>/dev/null)
