@@ -600,14 +600,16 @@ Tensor CudaOps::rms_norm(const Tensor& x, const TensorView& weight, double eps) 
   return y;
 }
 
-Tensor CudaOps::add(const Tensor& a, const Tensor& b) {
-  check_same_shape(a, b, "add");
-  check_cuda_tensor(a, DType::bf16, "add input");
-  check_cuda_tensor(b, DType::bf16, "add input");
+Tensor CudaOps::elementwise(const Tensor& a, const Tensor& b, const char* op, BinaryLaunch launch) {
+  check_same_shape(a, b, op);
+  check_cuda_tensor(a, DType::bf16, op);
+  check_cuda_tensor(b, DType::bf16, op);
   Tensor y = new_tensor(a.shape(), DType::bf16);
-  check_launch(kernels::launch_add(a.data(), b.data(), a.numel(), y.data(), stream()), "add");
+  check_launch(launch(a.data(), b.data(), a.numel(), y.data(), stream()), op);
   return y;
 }
+
+Tensor CudaOps::add(const Tensor& a, const Tensor& b) { return elementwise(a, b, "add", kernels::launch_add); }
 
 Tensor CudaOps::linear(const Tensor& x, const TensorView& weight) {
   check_cuda_tensor(x, DType::bf16, "linear input");
@@ -644,10 +646,7 @@ Tensor CudaOps::gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
 }
 
 Tensor CudaOps::swiglu(const Tensor& gate, const Tensor& up) {
-  check_same_shape(gate, up, "swiglu");
-  Tensor y = new_tensor(gate.shape(), DType::bf16);
-  check_launch(kernels::launch_swiglu(gate.data(), up.data(), gate.numel(), y.data(), stream()), "swiglu");
-  return y;
+  return elementwise(gate, up, "swiglu", kernels::launch_swiglu);
 }
 
 Tensor CudaOps::gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
@@ -806,10 +805,7 @@ Tensor CudaOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 }
 
 Tensor CudaOps::sigmoid_gate(const Tensor& x, const Tensor& gate) {
-  check_same_shape(x, gate, "sigmoid_gate");
-  Tensor y = new_tensor(x.shape(), DType::bf16);
-  check_launch(kernels::launch_sigmoid_gate(x.data(), gate.data(), x.numel(), y.data(), stream()), "sigmoid_gate");
-  return y;
+  return elementwise(x, gate, "sigmoid_gate", kernels::launch_sigmoid_gate);
 }
 
 std::vector<float> CudaOps::to_host(const Tensor& x) {

@@ -99,6 +99,9 @@ class CudaOps final : public Ops {
   struct DecodeGraph;  // a captured decode step of one batch size
 
   Tensor new_tensor(Shape shape, DType dtype);
+  // out = op(a, b) element by element on two bf16 device tensors of one shape.
+  using BinaryLaunch = cudaError_t (*)(const void*, const void*, int64_t, void*, cudaStream_t);
+  Tensor elementwise(const Tensor& a, const Tensor& b, const char* op, BinaryLaunch launch);
   const void* device_weight(const TensorView& w, const char* what) const;
   const float* device_param_f32(const TensorView& w, const char* what) const;
   void upload_weights(const ModelWeights& weights);

@@ -150,6 +150,28 @@ __device__ __forceinline__ void load_chunk_rows_async(bf16* tile, const bf16* sr
   }
 }
 
+// acc[rr][c] += sum_{s < tri_end} mat[rows[rr]][s] · work[s][col0 + c]: a lower-triangular [64, 64]
+// matrix (Tinv or P; stored zeros above the diagonal) times the [64, 32] work tile, for this thread's
+// two chunk rows and four columns. The sum stops at the warp's triangle edge.
+__device__ __forceinline__ void accumulate_lower_rows(const float* mat, const float* work, const int (&rows)[2],
+                                                      int col0, int tri_end, float (&acc)[2][4]) {
+  for (int s = 0; s < tri_end; s += 4) {
+    float4 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = load_f4(work + (s + j) * kTileV + col0);
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const float4 m4 = load_f4(mat + rows[rr] * kMatStride + s);
+      const float m[4] = {m4.x, m4.y, m4.z, m4.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[rr][0] = fmaf(m[j], w[j].x, acc[rr][0]), acc[rr][1] = fmaf(m[j], w[j].y, acc[rr][1]);
+        acc[rr][2] = fmaf(m[j], w[j].z, acc[rr][2]), acc[rr][3] = fmaf(m[j], w[j].w, acc[rr][3]);
+      }
+    }
+  }
+}
+
 // The off-diagonal block of the inverse for each pair of adjacent n x n diagonal blocks (lo, hi):
 //   T_hl = -T_hh · L_hl · T_ll, with T_ll, T_hh already inverted in `tmat` and L_hl still in place.
 // X = L_hl T_ll goes through `scratch` ([pairs][n][n]); the result overwrites L_hl.
@@ -455,21 +477,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
       for (int rr = 0; rr < 2; ++rr)
 #pragma unroll
         for (int c = 0; c < 4; ++c) vnew[rr][c] = 0.f;
-      for (int s = 0; s < tri_end; s += 4) {
-        float4 b[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) b[j] = load_f4(work + (s + j) * kTileV + col0);
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const float4 t4 = load_f4(tmat + rows[rr] * kMatStride + s);
-          const float t[4] = {t4.x, t4.y, t4.z, t4.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            vnew[rr][0] = fmaf(t[j], b[j].x, vnew[rr][0]), vnew[rr][1] = fmaf(t[j], b[j].y, vnew[rr][1]);
-            vnew[rr][2] = fmaf(t[j], b[j].z, vnew[rr][2]), vnew[rr][3] = fmaf(t[j], b[j].w, vnew[rr][3]);
-          }
-        }
-      }
+      accumulate_lower_rows(tmat, work, rows, col0, tri_end, vnew);  // work holds B here
     }
     __syncthreads();  // every read of B is done
 #pragma unroll
@@ -486,21 +494,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
 #pragma unroll
         for (int c = 0; c < 4; ++c) o[rr][c] = e * qs[rr][c];
       }
-      for (int s = 0; s < tri_end; s += 4) {
-        float4 vn[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) vn[j] = load_f4(work + (s + j) * kTileV + col0);
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const float4 p4 = load_f4(pmat + rows[rr] * kMatStride + s);
-          const float p[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            o[rr][0] = fmaf(p[j], vn[j].x, o[rr][0]), o[rr][1] = fmaf(p[j], vn[j].y, o[rr][1]);
-            o[rr][2] = fmaf(p[j], vn[j].z, o[rr][2]), o[rr][3] = fmaf(p[j], vn[j].w, o[rr][3]);
-          }
-        }
-      }
+      accumulate_lower_rows(pmat, work, rows, col0, tri_end, o);  // work holds Vnew here
       const float scale = args.scale;
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {

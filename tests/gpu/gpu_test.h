@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/cuda.h"
+#include "support/seed.h"
 
 namespace di::testing {
 
@@ -28,6 +29,21 @@ class GpuTest : public ::testing::Test {
   void sync() { DI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   cudaStream_t stream_ = nullptr;
+};
+
+// A GpuTest with fresh random inputs: the seed is drawn per test (DI_TEST_SEED replays one; tests
+// print it with SCOPED_TRACE(seed_trace(seed_))) and seeds rng_.
+template <typename Rng = std::mt19937_64>
+class SeededGpuTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    seed_ = fresh_seed();
+    rng_.seed(seed_);
+  }
+  uint32_t seed_ = 0;
+  Rng rng_;
 };
 
 // bf16 device buffers from and to host floats (values are rounded to bf16 on the way in).

@@ -164,17 +164,7 @@ std::vector<float> random_pool(size_t matrices, std::mt19937& rng) {
 
 using GdnGpuTest = di::testing::GpuTest;
 
-class GdnDecodeTest : public GdnGpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    seed_ = fresh_seed();
-    rng_.seed(seed_);
-  }
-  uint32_t seed_ = 0;
-  std::mt19937 rng_;
-};
+class GdnDecodeTest : public di::testing::SeededGpuTest<std::mt19937> {};
 
 // ---------------------------------------------------------------------------------------------
 // One step against the oracle.

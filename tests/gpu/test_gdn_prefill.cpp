@@ -325,14 +325,8 @@ INSTANTIATE_TEST_SUITE_P(GdnBaseline, GdnBaselineSingle,
 // ---------------------------------------------------------------------------------------------
 // Batches: variable lengths (one of them empty), permuted slots, state in place, no final state.
 
-class GdnBaselineBatch : public GdnGpuTest {
+class GdnBaselineBatch : public di::testing::SeededGpuTest<std::mt19937> {
  protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    seed_ = fresh_seed();
-    rng_.seed(seed_);
-  }
   // A permutation of `n` distinct slots out of `pool` (so some slots belong to no sequence).
   std::vector<int32_t> permuted_slots(int n, int pool) {
     std::vector<int32_t> all(static_cast<size_t>(pool));
@@ -340,8 +334,6 @@ class GdnBaselineBatch : public GdnGpuTest {
     std::shuffle(all.begin(), all.end(), rng_);
     return std::vector<int32_t>(all.begin(), all.begin() + n);
   }
-  uint32_t seed_ = 0;
-  std::mt19937 rng_;
 };
 
 const std::vector<int> kVarLengths = {1, 64, 65, 0, 1000, 127};

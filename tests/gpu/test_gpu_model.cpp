@@ -57,17 +57,9 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-class GpuModel : public testing::GpuTest {
+class GpuModel : public testing::SeededGpuTest<> {
  protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    seed_ = testing::fresh_seed();
-    rng_.seed(seed_);
-  }
   const LoadedModel& tiny() const { return testing::tiny_model(); }
-  uint32_t seed_ = 0;
-  std::mt19937_64 rng_;
 };
 
 // Layer by layer, the GPU against the CPU bf16 reference: a table of the largest difference of

@@ -30,14 +30,8 @@ using testing::kBf16RoundingFlips;
 using testing::kExactF32;
 using testing::random_bf16_values;
 
-class KernelTest : public testing::GpuTest {
+class KernelTest : public testing::SeededGpuTest<> {
  protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    seed_ = testing::fresh_seed();
-    rng_.seed(seed_);
-  }
   // An output buffer of n bf16 values, every one NaN.
   cuda::DeviceBuffer<uint16_t> poisoned_bf16(size_t n) {
     cuda::DeviceBuffer<uint16_t> b(n);
@@ -45,9 +39,6 @@ class KernelTest : public testing::GpuTest {
     return b;
   }
   TensorView host_view(const std::vector<float>& v) const { return {v.data(), DType::f32, {int64_t(v.size())}}; }
-
-  uint32_t seed_ = 0;
-  std::mt19937_64 rng_;
 };
 
 constexpr int64_t kRows[] = {1, 2, 63, 65, 1000};
