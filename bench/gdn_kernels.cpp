@@ -57,7 +57,7 @@ struct PrefillSet {
 };
 
 nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
-                             cudaStream_t stream, std::mt19937_64& rng) {
+                             cudaStream_t stream, std::mt19937_64& rng, bool once = false) {
   const int64_t T = int64_t(pc.num_seqs) * pc.seq_len, Hk = geo.num_k_heads, Hv = geo.num_v_heads;
   const int64_t K = geo.k_dim, V = geo.v_dim;
   const double set_bytes = double(T) * (2 * Hk * K * 2 + 2 * Hv * V * 2 + Hv * 8) + double(pc.num_seqs) * Hv * K * V * 4;
@@ -103,7 +103,8 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     const int status = backend.run(&a, scratch.data(), scratch_bytes, reinterpret_cast<di_gdn_stream>(stream));
     if (status != DI_GDN_OK) fail("backend {} returned status {}", backend.name, status);
   };
-  const Timing t = time_on_stream(stream, 3, T >= 32768 ? 10 : 30, run);
+  // once: a single launch (for a profiler), no warm-up.
+  const Timing t = once ? time_on_stream(stream, 0, 1, run) : time_on_stream(stream, 3, T >= 32768 ? 10 : 30, run);
   const double flop = double(T) * Hv * (2.0 * 64 * (2 * K + 2 * V) + 6.0 * K * V);
   const double tflops = flop / (t.median_ms * 1e-3) / 1e12;
   const double bytes = set_bytes + double(pc.num_seqs) * Hv * K * V * 4;  // + the state written back
@@ -184,8 +185,13 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t 
 int main(int argc, char** argv) {
   using namespace di;
   CLI::App app{"GDN kernel lab: prefill backends and the decode step on this GPU"};
-  std::string json_out;
+  std::string json_out, only_backend, only_shape, heads = "16/32";
+  bool once = false;
   app.add_option("--json", json_out, "write the report here");
+  app.add_option("--backend", only_backend, "only this prefill backend (and no decode step)");
+  app.add_option("--shape", only_shape, "only this prefill shape, NxT (e.g. 4x8192)");
+  app.add_option("--heads", heads, "Hk/Hv of the prefill cases");
+  app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (cuda::device_count() == 0) fail("no CUDA device visible");
@@ -194,19 +200,23 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(1234);
     const cuda::DeviceInfo d = cuda::current_device();
     const di_gdn_device dev{d.sm_major, d.sm_minor, d.num_sms, d.shared_memory_per_block_optin};
-    const di_gdn_geometry geo{16, 32, 128, 128};
+    int hk = 0, hv = 0;
+    if (std::sscanf(heads.c_str(), "%d/%d", &hk, &hv) != 2 || hk <= 0 || hv <= 0) fail("--heads wants Hk/Hv, got '{}'", heads);
+    const di_gdn_geometry geo{hk, hv, 128, 128};
     nlohmann::json report = {{"provenance", bench::provenance()}, {"prefill", nlohmann::json::array()},
                              {"decode", nlohmann::json::array()}};
     std::printf("%-10s %-6s %-9s %10s %9s %8s %9s %8s\n", "backend", "heads", "shape", "ms", "TFLOP/s", "of 784",
                 "GB/s", "scratch");
     for (const di_gdn_prefill_backend* b : gdn::prefill_backends()) {
+      if (!only_backend.empty() && only_backend != b->name) continue;
       const gdn::Verdict v = gdn::ask(*b, geo, dev, DI_GDN_STATE_KV);
       if (!v.ok) {
         std::printf("%-10s refuses: %s\n", b->name, v.reason.c_str());
         continue;
       }
       for (const bench::PrefillCase pc : {bench::PrefillCase{1, 2048}, {1, 8192}, {1, 32768}, {4, 8192}}) {
-        const nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng);
+        if (!only_shape.empty() && only_shape != fmt::format("{}x{}", pc.num_seqs, pc.seq_len)) continue;
+        const nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once);
         std::printf("%-10s %-6s %-9s %10.3f %9.1f %7.1f%% %9.0f %8zu\n", b->name,
                     r["heads"].get<std::string>().c_str(), r["shape"].get<std::string>().c_str(),
                     r["median_ms"].get<double>(), r["tflops"].get<double>(),
@@ -214,6 +224,11 @@ int main(int argc, char** argv) {
                     r["scratch_bytes"].get<size_t>());
         report["prefill"].push_back(r);
       }
+    }
+    if (!only_backend.empty()) {
+      if (!json_out.empty()) std::ofstream(json_out) << report.dump(2) << "\n";
+      cudaStreamDestroy(stream);
+      return 0;
     }
     std::printf("\n%-16s %-6s %6s %10s %8s %9s\n", "kernel", "heads", "batch", "us", "TB/s", "of 4.3");
     for (int batch : {1, 8, 64, 256}) {

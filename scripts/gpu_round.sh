@@ -8,18 +8,24 @@
 #      model through Hugging Face transformers, and the time from a cold process to the first token;
 #   4. a short table printed last. Full logs and JSON reports go to LOG_DIR.
 # usage: DI_SOURCE_COMMIT=<sha> DI_SOURCE_DIRTY=<true|false> \
-#          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--no-bench] [--no-tests] [LOG_DIR]
+#          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
+#                               [--bench LIST] [--no-bench] [LOG_DIR]
+#        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
+#        gdn,peers,engine,cli,hf (default: all); DI_CMAKE_ARGS adds CMake arguments (e.g.
+#        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler);
 #        (LOG_DIR defaults to $OUT, else gpu-logs; the two variables, read where the tree was sent
 #        from, go into every binary's provenance because the copy's .git is not that tree's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-prebuilt="" all_tests=0 bench=1 tests=1 logs=""
+prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,peers,engine,cli,hf"
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt=$2; shift 2 ;;
     --all-tests) all_tests=1; shift ;;
     --no-bench) bench=0; shift ;;
     --no-tests) tests=0; shift ;;
+    --tests) test_filter=$2; shift 2 ;;
+    --bench) benches=$2; shift 2 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) logs=$1; shift ;;
   esac
@@ -48,7 +54,8 @@ if [ -z "$prebuilt" ]; then
   [ -f .deps/qwen35-tokenizer/tokenizer.json ] || echo "warning: .deps/qwen35-tokenizer missing: carry it" >&2
   t=$(date +%s)
   if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
-      -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" >"$logs/configure.log" 2>&1 &&
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" ${DI_CMAKE_ARGS:-} \
+      >"$logs/configure.log" 2>&1 &&
      cmake --build build-gpu --parallel "$(nproc)" >"$logs/build.log" 2>&1; then
     row "build (CUDA sm_90a)" "ok in $(( $(date +%s) - t )) s"
   else
@@ -61,19 +68,24 @@ fi
 failed=0
 
 # The 4b-geometry checkpoint, written once for the full-size test and the benchmarks.
+want() { [[ ",$benches," == *",$1,"* ]] && [ $bench -eq 1 ]; }
 model4b=/tmp/deltainfer-4b-geometry
-if [ ! -f "$model4b/model.safetensors" ]; then
+need4b=0
+{ [ $tests -eq 1 ] && [ -z "$test_filter" ]; } && need4b=1
+{ want engine || want cli || want hf; } && need4b=1
+if [ $need4b -eq 1 ] && [ ! -f "$model4b/model.safetensors" ]; then
   t=$(date +%s)
   "$build/deltainfer" make-tiny-model --preset 4b-geometry --no-tokenizer "$model4b" >"$logs/make-4b.log" 2>&1 ||
     { echo "make-tiny-model 4b-geometry failed" >&2; failed=1; }
   row "4b-geometry checkpoint" "written in $(( $(date +%s) - t )) s"
 fi
-export DI_4B_MODEL_DIR=$model4b
+[ -f "$model4b/model.safetensors" ] && export DI_4B_MODEL_DIR=$model4b
 
 # 2. Tests.
 if [ $tests -eq 1 ]; then
   filter='^gpu\.|^cli\.end_to_end$'
   [ $all_tests -eq 1 ] && filter='.'
+  [ -n "$test_filter" ] && filter=$test_filter
   t=$(date +%s)
   ctest --test-dir "$build" --output-on-failure --no-tests=error -R "$filter" -E '^tokenizer\.hf_equality$' \
     -V >"$logs/ctest.log" 2>&1 || failed=1
@@ -83,23 +95,51 @@ if [ $tests -eq 1 ]; then
   grep -E '^\s*[0-9]+ - gpu\.|Failed|\*\*\*' "$logs/ctest.log" | head -20 >"$logs/failures.txt" || true
 fi
 
+# The sm90 GDN kernel's machine code: tensor-core instructions, registers, spills.
+if command -v cuobjdump >/dev/null; then
+  obj=$(find "$build" -name 'sm90_prefill.cu.o' | head -1)
+  if [ -n "$obj" ]; then
+    cuobjdump -sass "$obj" >"$logs/sm90_prefill.sass" 2>&1
+    cuobjdump -res-usage "$obj" >"$logs/sm90_prefill.res-usage.txt" 2>&1
+    row "sm90 GDN SASS" "$(grep -c HGMMA "$logs/sm90_prefill.sass") HGMMA, $(grep -c 'STL\|LDL' "$logs/sm90_prefill.sass") local loads/stores; $(grep -o 'REG:[0-9]*' "$logs/sm90_prefill.res-usage.txt" | head -1)"
+  fi
+fi
+
 # 3. Benchmarks.
-if [ $bench -eq 1 ]; then
+if want gdn; then
   if "$build/bench/di_gdn_bench" --json "$logs/gdn_kernels.json" >"$logs/gdn_kernels.txt" 2>&1; then
     row "GDN kernel lab" "ok (gdn_kernels.txt)"
   else
     row "GDN kernel lab" "FAILED (gdn_kernels.txt)"; failed=1
   fi
+fi
+if want peers && [ -f tools/bench/gdn_peers.py ]; then
+  peers=/tmp/deltainfer-gdn-peers
+  rm -rf "$peers" && mkdir -p "$peers"
+  ls .whl/gdn-peers/*.whl >/dev/null 2>&1 &&
+    pip install --no-index --no-deps --target "$peers" .whl/gdn-peers/*.whl >"$logs/peers-install.log" 2>&1
+  if PYTHONPATH=$peers python3 tools/bench/gdn_peers.py --lib "$build/libdeltainfer_gdn.so" --out "$logs" \
+      ${DI_PEERS_ARGS:-} >"$logs/gdn_peers.txt" 2>&1; then
+    row "GDN peer comparison" "ok (gdn_peers.md)"
+  else
+    row "GDN peer comparison" "FAILED (gdn_peers.txt)"; failed=1
+  fi
+fi
+if want engine; then
   cat "$model4b/model.safetensors" >/dev/null  # into the page cache: the start-to-first-token case
   if "$build/bench/di_engine_bench" --model "$model4b" --json "$logs/engine.json" >"$logs/engine.txt" 2>&1; then
     row "engine end to end (4b-geometry)" "ok (engine.txt)"
   else
     row "engine end to end (4b-geometry)" "FAILED (engine.txt)"; failed=1
   fi
+fi
+if want cli; then
   t0=$(date +%s.%N)
   "$build/deltainfer" generate --model "$model4b" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 1 \
     >"$logs/cli-first-token.txt" 2>&1 && row "CLI start to first token (4b, page cache)" \
     "$(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s" || row "CLI start to first token" "FAILED (cli-first-token.txt)"
+fi
+if want hf; then
   if python3 tools/bench/hf_engine_bench.py --model "$model4b" --json "$logs/hf_engine.json" >"$logs/hf_engine.txt" 2>&1; then
     row "transformers end to end (4b-geometry)" "ok (hf_engine.txt)"
   else
@@ -109,7 +149,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt engine.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed

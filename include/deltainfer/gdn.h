@@ -115,6 +115,18 @@ typedef struct {
   int (*run)(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size, di_gdn_stream stream);
 } di_gdn_prefill_backend;
 
+/* The entry points of the shared library libdeltainfer_gdn.so (built with the CUDA parts), which
+ * exports these two functions and no other symbol: a harness or another engine dlopen()s it and
+ * reaches every backend through the structs above. */
+
+/* The backends compiled into this library, in production order: *count receives their number;
+ * returns an array of pointers valid for the life of the process. */
+const di_gdn_prefill_backend* const* di_gdn_prefill_backends(int32_t* count);
+
+/* Build provenance of the library as a NUL-terminated JSON object string (commit, dirty, compiler,
+ * cuda); valid for the life of the process. */
+const char* di_gdn_build_info(void);
+
 #ifdef __cplusplus
 }
 #endif

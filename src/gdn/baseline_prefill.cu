@@ -53,12 +53,13 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/cuda_common.cuh"
 #include <cuda_runtime.h>
 
-#include <cstdarg>
 #include <cstdint>
-#include <cstdio>
+
+#include "gdn/backend_common.cuh"
+#include "gdn/chunk_math.cuh"
+#include "kernels/cuda_common.cuh"
 
 namespace di::gdn {
 namespace {
@@ -102,6 +103,9 @@ static_assert(kThreads == 8 * kTileV, "thread mappings: 8 column groups of 4 x 3
 // Small device helpers.
 
 using kernels::bf16_hi;
+using kernels::cp_async_16;
+using kernels::cp_async_commit;
+using kernels::cp_async_wait_all;
 using kernels::bf16_lo;
 using kernels::load_bf16x4;
 using kernels::pack_bf16x2;
@@ -114,14 +118,6 @@ __device__ __forceinline__ float4 load_f4(const float* p) { return *reinterpret_
 __device__ __forceinline__ void store_f4(float* p, float a, float b, float c, float d) {
   *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
 }
-
-// 16 bytes global -> shared, asynchronously; src_bytes == 0 writes zeros (rows past the sequence).
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // D += A B for one 16x8x16 tile: A row-major bf16 16x16, B "col" (n-major) bf16 16x8, D f32 16x8.
 __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -170,43 +166,6 @@ __device__ __forceinline__ void accumulate_lower_rows(const float* mat, const fl
       }
     }
   }
-}
-
-// The off-diagonal block of the inverse for each pair of adjacent n x n diagonal blocks (lo, hi):
-//   T_hl = -T_hh · L_hl · T_ll, with T_ll, T_hh already inverted in `tmat` and L_hl still in place.
-// X = L_hl T_ll goes through `scratch` ([pairs][n][n]); the result overwrites L_hl.
-template <int n>
-__device__ __forceinline__ void merge_inverse_blocks(float* tmat, float* scratch, int tid) {
-  constexpr int pairs = kChunk / (2 * n);
-  constexpr int per_thread = pairs * n * n / kThreads;
-  static_assert(pairs * n * n % kThreads == 0, "whole elements per thread");
-  // X = L_hl · T_ll (T_ll lower triangular: zeros above its diagonal are stored, so sum all k).
-#pragma unroll
-  for (int e = 0; e < per_thread; ++e) {
-    const int idx = tid + e * kThreads;
-    const int pair = idx / (n * n), r = (idx / n) % n, c = idx % n;
-    const int lo = 2 * n * pair, hi = lo + n;
-    const float* l_row = tmat + (hi + r) * kMatStride + lo;
-    float acc = 0.f;
-#pragma unroll 8
-    for (int k = 0; k < n; ++k) acc = fmaf(l_row[k], tmat[(lo + k) * kMatStride + lo + c], acc);
-    scratch[idx] = acc;
-  }
-  __syncthreads();
-  // T_hl = -T_hh · X
-#pragma unroll
-  for (int e = 0; e < per_thread; ++e) {
-    const int idx = tid + e * kThreads;
-    const int pair = idx / (n * n), r = (idx / n) % n, c = idx % n;
-    const int lo = 2 * n * pair, hi = lo + n;
-    const float* t_row = tmat + (hi + r) * kMatStride + hi;
-    const float* x = scratch + pair * n * n + c;
-    float acc = 0.f;
-#pragma unroll 8
-    for (int k = 0; k < n; ++k) acc = fmaf(t_row[k], x[k * n], acc);
-    tmat[(hi + r) * kMatStride + lo + c] = -acc;
-  }
-  __syncthreads();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,31 +268,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
       v_raw[rr] = rows[rr] < len
                       ? *reinterpret_cast<const uint2*>(v + ((t0 + rows[rr]) * Hv + head) * kHeadDim + v0 + col0)
                       : make_uint2(0u, 0u);
-    if (warp == 0) {
-      // Lane l holds rows 2l and 2l + 1; rows past the sequence have g = 0 and beta = 0.
-      const int r0 = 2 * lane, r1 = r0 + 1;
-      const float g0 = r0 < len ? args.g[(t0 + r0) * Hv + head] : 0.f;
-      const float g1 = r1 < len ? args.g[(t0 + r1) * Hv + head] : 0.f;
-      const float b0 = r0 < len ? args.beta[(t0 + r0) * Hv + head] : 0.f;
-      const float b1 = r1 < len ? args.beta[(t0 + r1) * Hv + head] : 0.f;
-      // Inclusive scan of the pair sums over the lanes, then G_r0 = (sum before this lane) + g0.
-      float scan = g0 + g1;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const float up = __shfl_up_sync(0xffffffffu, scan, d);
-        if (lane >= d) scan += up;
-      }
-      float before = __shfl_up_sync(0xffffffffu, scan, 1);
-      if (lane == 0) before = 0.f;
-      const float G0 = before + g0, G1 = G0 + g1;
-      // G_last = G at the last valid row (the decay of a partial chunk stops there).
-      const int last = len - 1;
-      const float G_last = __shfl_sync(0xffffffffu, (last & 1) ? G1 : G0, last / 2);
-      G_s[r0] = G0, G_s[r1] = G1;
-      beta_s[r0] = b0, beta_s[r1] = b1;
-      expG_s[r0] = expf(G0), expG_s[r1] = expf(G1);
-      tail_s[r0] = expf(fminf(G_last - G0, 0.f)), tail_s[r1] = expf(fminf(G_last - G1, 0.f));
-    }
+    if (warp == 0) load_chunk_gates(args.g, args.beta, t0, len, Hv, head, lane, G_s, beta_s, expG_s, tail_s);
     cp_async_wait_all();
     __syncthreads();
 
@@ -400,27 +335,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
     }
     __syncthreads();
 
-    // ---- inverse, diagonal blocks: column c of (I + L_bb)^-1 solves (I + L_bb) x = e_c:
-    //   x_i = [i == c] - sum_{k < i} L_ik x_k          (threads 0..63: block tid / 16, column tid % 16)
-    if (tid < 64) {
-      const int base = (tid / 16) * 16, c = tid % 16;
-      float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const float* l_row = tmat + (base + i) * kMatStride + base;
-        float acc = i == c ? 1.f : 0.f;
-#pragma unroll
-        for (int kk = 0; kk < i; ++kk) acc = fmaf(-l_row[kk], x[kk], acc);
-        x[i] = acc;
-      }
-      __syncwarp();  // a block's 16 threads share one warp: all its L reads are done before the writes
-#pragma unroll
-      for (int i = 0; i < 16; ++i) tmat[(base + i) * kMatStride + base + c] = x[i];
-    }
-    __syncthreads();
-    // ---- inverse, merges: 16 -> 32 -> 64 (work is free as scratch until B is written).
-    merge_inverse_blocks<16>(tmat, work, tid);
-    merge_inverse_blocks<32>(tmat, work, tid);
+    // ---- inverse: the diagonal 16x16 blocks by forward substitution, then the merges 16 -> 32 -> 64
+    // (work is free as scratch until B is written).
+    invert_unit_lower<kThreads, kMatStride>(tmat, work, tid);
 
     // ---- K S and Q S over the stacked rows; B = diag(beta) (V - D K S) -> work.
     float qs[2][4];
@@ -564,39 +481,12 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_baseline_prefill_kernel(const
 // ---------------------------------------------------------------------------------------------
 // The ABI entry points.
 
-// Writes the reason (printf format, truncated to the capacity) and returns DI_GDN_UNSUPPORTED.
-__attribute__((format(printf, 3, 4))) int refuse(char* reason, size_t capacity, const char* format, ...) {
-  if (reason != nullptr && capacity > 0) {
-    va_list args;
-    va_start(args, format);
-    vsnprintf(reason, capacity, format, args);
-    va_end(args);
-  }
-  return DI_GDN_UNSUPPORTED;
-}
-
-// Geometry and layout checks shared by supports() and run().
-int check_geometry(const di_gdn_geometry& g, di_gdn_state_layout layout, char* reason, size_t capacity) {
-  if (g.num_k_heads <= 0 || g.num_v_heads <= 0)
-    return refuse(reason, capacity, "head counts must be positive, got num_k_heads %d, num_v_heads %d", g.num_k_heads,
-                  g.num_v_heads);
-  if (g.k_dim != kHeadDim || g.v_dim != kHeadDim)
-    return refuse(reason, capacity, "head dims k_dim %d, v_dim %d unsupported: baseline needs k_dim == v_dim == 128",
-                  g.k_dim, g.v_dim);
-  if (g.num_v_heads % g.num_k_heads != 0)
-    return refuse(reason, capacity, "num_v_heads (%d) is not a multiple of num_k_heads (%d)", g.num_v_heads,
-                  g.num_k_heads);
-  if (layout != DI_GDN_STATE_KV && layout != DI_GDN_STATE_VK)
-    return refuse(reason, capacity,
-                  "state layout %d unknown: baseline serves DI_GDN_STATE_KV (0) and DI_GDN_STATE_VK (1)", int(layout));
-  return DI_GDN_OK;
-}
-
 int baseline_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, di_gdn_state_layout layout,
                       char* reason, size_t reason_capacity) {
   if (geometry == nullptr || device == nullptr)
     return refuse(reason, reason_capacity, "geometry or device is NULL");
-  if (const int status = check_geometry(*geometry, layout, reason, reason_capacity); status != DI_GDN_OK) return status;
+  if (const int status = check_geometry("baseline", *geometry, layout, reason, reason_capacity); status != DI_GDN_OK)
+    return status;
   if (device->sm_major < 8)
     return refuse(reason, reason_capacity,
                   "sm_%d%d unsupported: baseline needs sm_80 or newer (mma.sync bf16, cp.async)", device->sm_major,
@@ -605,44 +495,27 @@ int baseline_supports(const di_gdn_geometry* geometry, const di_gdn_device* devi
     return refuse(reason, reason_capacity,
                   "baseline needs %zu bytes of shared memory per block, the device (sm_%d%d) allows %zu", kSmemBytes,
                   device->sm_major, device->sm_minor, device->shared_memory_per_block_optin);
-  if (reason != nullptr && reason_capacity > 0) reason[0] = '\0';
-  return DI_GDN_OK;
+  return accept(reason, reason_capacity);
 }
 
 // No scratch: the state slice, the chunk and its matrices live in shared memory and registers.
 size_t baseline_scratch_bytes(const di_gdn_prefill_shape*) { return 0; }
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 int baseline_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratch_size*/, di_gdn_stream stream) {
-  if (args == nullptr || args->abi_version != DI_GDN_ABI_VERSION) return DI_GDN_INVALID_ARGUMENT;
+  if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
-  if (a.num_seqs < 0 || a.total_tokens < 0) return DI_GDN_INVALID_ARGUMENT;
-  if (g.num_k_heads <= 0 || g.num_v_heads <= 0 || g.k_dim <= 0 || g.v_dim <= 0) return DI_GDN_INVALID_ARGUMENT;
-  if (a.state_layout != DI_GDN_STATE_KV && a.state_layout != DI_GDN_STATE_VK) return DI_GDN_INVALID_ARGUMENT;
-  if (a.num_seqs > 0 && a.cu_seqlens == nullptr) return DI_GDN_INVALID_ARGUMENT;
-  if (a.total_tokens > 0 && (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.g == nullptr ||
-                             a.beta == nullptr || a.out == nullptr))
-    return DI_GDN_INVALID_ARGUMENT;
   // Vector accesses: q, k by 16 bytes (cp.async), v and out by 8, the state pools by 16.
   if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 8) || !aligned(a.out, 8) ||
       !aligned(a.initial_state, 16) || !aligned(a.final_state, 16))
     return DI_GDN_INVALID_ARGUMENT;
-  if (check_geometry(g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
+  if (check_geometry("baseline", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
   if (a.num_seqs == 0) return DI_GDN_OK;
   const int64_t ctas = int64_t(a.num_seqs) * g.num_v_heads * kTilesPerHead;
   if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
 
-  int device = 0;
   di_gdn_device info{};
-  int optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&info.sm_major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&info.sm_minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return DI_GDN_LAUNCH_FAILED;
-  info.shared_memory_per_block_optin = size_t(optin);
+  if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (baseline_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
 
   if (cudaFuncSetAttribute(gdn_baseline_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -5,11 +5,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "gdn/baseline_prefill.h"
+#include "gdn/sm90_prefill.h"
 
 namespace di::gdn {
 
 const std::vector<const di_gdn_prefill_backend*>& prefill_backends() {
-  static const std::vector<const di_gdn_prefill_backend*> backends = {&gdn_baseline_backend()};
+  static const std::vector<const di_gdn_prefill_backend*> backends = {&gdn_sm90_backend(), &gdn_baseline_backend()};
   return backends;
 }
 

@@ -1,16 +1,19 @@
-// The baseline GDN chunked-prefill backend (gdn/baseline_prefill.h) against the float64 oracle
-// (gdn_ref::delta_rule_recurrent<double> on the same bf16-rounded inputs, q pre-scaled):
+// Every GDN chunked-prefill backend of the production list (gdn/dispatch.h: sm90, baseline) that this
+// GPU runs, against the float64 oracle (gdn_ref::delta_rule_recurrent<double> on the same
+// bf16-rounded inputs, q pre-scaled), each with the tolerance of its arithmetic (backend_tolerance):
 //   - single sequences of odd lengths (1 .. 4096) and a variable-length batch with a zero-length
 //     sequence, with a zero (NULL) and a random initial state, in both state layouts: the output
 //     AND the final state, both poisoned (NaN) before the run;
 //   - state_indices permutations into a larger pool (slots nobody owns stay untouched), the state
 //     updated in place (initial_state == final_state), and a NULL final_state;
 //   - the ABI: invalid arguments, unsupported geometry, and the reasons supports() gives;
-//   - GdnDiagnostic.Hv48: error statistics of the GPU kernel and of the CPU float32 chunked form at
-//     16/48 heads, printed as a table (the GPU tolerance is still asserted).
+//   - GdnDiagnostic.Hv48: error statistics of each GPU backend and of the CPU float32 chunked form
+//     at 16/48 heads, printed as a table (each backend's tolerance is still asserted).
 // Geometry Hk/Hv/K/V = 16/32/128/128 (Qwen3.5 small models) unless a test says otherwise. Inputs are
 // fresh random numbers each run; DI_TEST_SEED replays a failure.
 #include "gdn/baseline_prefill.h"
+#include "gdn/dispatch.h"
+#include "gdn/sm90_prefill.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -40,7 +43,9 @@ using di::testing::all_close;
 using di::testing::compare_close;
 using di::testing::fresh_seed;
 using di::testing::kBf16GdnKernelOut;
+using di::testing::kBf16GdnTensorCoreOut;
 using di::testing::kF32GdnKernelState;
+using di::testing::kF32GdnTensorCoreState;
 using di::testing::seed_trace;
 using di::testing::Tolerance;
 
@@ -200,10 +205,10 @@ struct GpuResult {
 
 int slot_of_seq(const RunSetup& setup, int s) { return setup.slots.empty() ? s : setup.slots[size_t(s)]; }
 
-// Runs the baseline on `b`. Sequence s starts from initial[s] (when with_initial), placed at its slot
+// Runs `backend` on `b`. Sequence s starts from initial[s] (when with_initial), placed at its slot
 // of a pool whose other slots hold random values; out and a separate final pool are poisoned first.
-GpuResult run_baseline(const Batch& b, const std::vector<float>& initial, float scale, const RunSetup& setup,
-                       cudaStream_t stream, std::mt19937& rng) {
+GpuResult run_backend(const di_gdn_prefill_backend& backend, const Batch& b, const std::vector<float>& initial,
+                      float scale, const RunSetup& setup, cudaStream_t stream, std::mt19937& rng) {
   const int Hv = b.geometry.num_v_heads;
   const size_t per_slot = size_t(Hv) * kDim * kDim;
   GpuResult r;
@@ -241,7 +246,6 @@ GpuResult run_baseline(const Batch& b, const std::vector<float>& initial, float 
   args.state_indices = setup.slots.empty() ? nullptr : slots.data();
   args.out = out.data();
 
-  const di_gdn_prefill_backend& backend = gdn_baseline_backend();
   r.status = backend.run(&args, nullptr, 0, reinterpret_cast<di_gdn_stream>(stream));
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   r.out = bf16_to_floats(out.download());
@@ -250,18 +254,44 @@ GpuResult run_baseline(const Batch& b, const std::vector<float>& initial, float 
   return r;
 }
 
+// The tolerances of a backend's arithmetic: float32 throughout (baseline), or bf16 tensor-core
+// operands for the state products (sm90; tolerance.h says what that costs).
+struct BackendTolerance {
+  Tolerance out, state;
+};
+BackendTolerance backend_tolerance(const di_gdn_prefill_backend& backend) {
+  if (std::string(backend.name) == "baseline") return {kBf16GdnKernelOut, kF32GdnKernelState};
+  return {kBf16GdnTensorCoreOut, kF32GdnTensorCoreState};
+}
+
+// The production backends this GPU runs for `geometry` (each refusal is printed once per call).
+std::vector<const di_gdn_prefill_backend*> backends_on_this_gpu(const di_gdn_geometry& geometry) {
+  di_gdn_device device{};
+  const cuda::DeviceInfo info = cuda::current_device();
+  device.sm_major = info.sm_major, device.sm_minor = info.sm_minor, device.num_sms = info.num_sms;
+  device.shared_memory_per_block_optin = info.shared_memory_per_block_optin;
+  std::vector<const di_gdn_prefill_backend*> out;
+  for (const di_gdn_prefill_backend* b : prefill_backends()) {
+    const Verdict v = ask(*b, geometry, device, DI_GDN_STATE_KV);
+    if (v.ok) out.push_back(b);
+    else std::printf("[ note ] GDN backend %s does not run here: %s\n", b->name, v.reason.c_str());
+  }
+  return out;
+}
+
 // Output and final states of a run against the oracle; slots no sequence owns must be untouched
 // (bit for bit in place, still NaN in a separate final pool).
-void expect_matches_oracle(const Batch& b, const Reference<double>& want, const GpuResult& got, const RunSetup& setup) {
+void expect_matches_oracle(const Batch& b, const Reference<double>& want, const GpuResult& got, const RunSetup& setup,
+                           const BackendTolerance& tol) {
   ASSERT_EQ(got.status, DI_GDN_OK);
-  EXPECT_TRUE(all_close(got.out, want.out, kBf16GdnKernelOut, "out"));
+  EXPECT_TRUE(all_close(got.out, want.out, tol.out, "out"));
   if (!setup.write_final) return;
   const int Hv = b.geometry.num_v_heads;
   std::vector<bool> owned(size_t(setup.pool_slots), false);
   for (int s = 0; s < b.num_seqs(); ++s) {
     const int slot = slot_of_seq(setup, s);
     owned[size_t(slot)] = true;
-    EXPECT_TRUE(all_close(slot_of(got.pool_after, slot, Hv), slot_of(want.state, s, Hv), kF32GdnKernelState,
+    EXPECT_TRUE(all_close(slot_of(got.pool_after, slot, Hv), slot_of(want.state, s, Hv), tol.state,
                           fmt::format("final state of sequence {} (length {}, slot {})", s, b.length(s), slot)));
   }
   for (int slot = 0; slot < setup.pool_slots; ++slot) {
@@ -289,9 +319,9 @@ void PrintTo(const SingleCase& c, std::ostream* os) {
   *os << "T=" << c.T << (c.with_initial ? " random initial state" : " zero (NULL) initial state");
 }
 
-class GdnBaselineSingle : public GdnGpuTest, public ::testing::WithParamInterface<SingleCase> {};
+class GdnPrefillSingle : public GdnGpuTest, public ::testing::WithParamInterface<SingleCase> {};
 
-TEST_P(GdnBaselineSingle, MatchesFloat64Oracle) {
+TEST_P(GdnPrefillSingle, EveryBackendMatchesFloat64Oracle) {
   const SingleCase& c = GetParam();
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE(seed_trace(seed));
@@ -300,18 +330,19 @@ TEST_P(GdnBaselineSingle, MatchesFloat64Oracle) {
   const std::vector<float> initial =
       c.with_initial ? random_states(1, kQwenSmall.num_v_heads, rng) : std::vector<float>{};
   const Reference<double> want = oracle(b, initial, kScale);
-  for (di_gdn_state_layout layout : kLayouts) {
-    SCOPED_TRACE(layout_str(layout));
-    RunSetup setup;
-    setup.layout = layout;
-    setup.pool_slots = 1;
-    setup.with_initial = c.with_initial;
-    const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng);
-    expect_matches_oracle(b, want, got, setup);
-  }
+  for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall))
+    for (di_gdn_state_layout layout : kLayouts) {
+      SCOPED_TRACE(fmt::format("backend {}, {}", backend->name, layout_str(layout)));
+      RunSetup setup;
+      setup.layout = layout;
+      setup.pool_slots = 1;
+      setup.with_initial = c.with_initial;
+      const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng);
+      expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+    }
 }
 
-INSTANTIATE_TEST_SUITE_P(GdnBaseline, GdnBaselineSingle,
+INSTANTIATE_TEST_SUITE_P(GdnPrefill, GdnPrefillSingle,
                          ::testing::ValuesIn([] {
                            std::vector<SingleCase> cases;
                            for (int T : {1, 2, 63, 64, 65, 127, 128, 1000, 4096})
@@ -325,7 +356,7 @@ INSTANTIATE_TEST_SUITE_P(GdnBaseline, GdnBaselineSingle,
 // ---------------------------------------------------------------------------------------------
 // Batches: variable lengths (one of them empty), permuted slots, state in place, no final state.
 
-class GdnBaselineBatch : public di::testing::SeededGpuTest<std::mt19937> {
+class GdnPrefillBatch : public di::testing::SeededGpuTest<std::mt19937> {
  protected:
   // A permutation of `n` distinct slots out of `pool` (so some slots belong to no sequence).
   std::vector<int32_t> permuted_slots(int n, int pool) {
@@ -338,32 +369,32 @@ class GdnBaselineBatch : public di::testing::SeededGpuTest<std::mt19937> {
 
 const std::vector<int> kVarLengths = {1, 64, 65, 0, 1000, 127};
 
-TEST_F(GdnBaselineBatch, VariableLengthsMatchOracle) {
+TEST_F(GdnPrefillBatch, VariableLengthsMatchOracle) {
   SCOPED_TRACE(seed_trace(seed_));
   const Batch b = make_batch(kQwenSmall, kVarLengths, rng_);
   const int N = b.num_seqs(), Hv = kQwenSmall.num_v_heads;
   const std::vector<float> initial = random_states(N, Hv, rng_);
   for (bool with_initial : {false, true}) {
     const Reference<double> want = oracle(b, with_initial ? initial : std::vector<float>{}, kScale);
-    for (di_gdn_state_layout layout : kLayouts) {
-      for (bool permute : {false, true}) {
-        SCOPED_TRACE(fmt::format("{}, {} initial state, {} slots", layout_str(layout), with_initial ? "random" : "NULL",
-                                 permute ? "permuted" : "identity"));
-        RunSetup setup;
-        setup.layout = layout;
-        setup.with_initial = with_initial;
-        setup.pool_slots = permute ? N + 3 : N;
-        if (permute) setup.slots = permuted_slots(N, setup.pool_slots);
-        const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng_);
-        expect_matches_oracle(b, want, got, setup);
-      }
-    }
+    for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall))
+      for (di_gdn_state_layout layout : kLayouts)
+        for (bool permute : {false, true}) {
+          SCOPED_TRACE(fmt::format("backend {}, {}, {} initial state, {} slots", backend->name, layout_str(layout),
+                                   with_initial ? "random" : "NULL", permute ? "permuted" : "identity"));
+          RunSetup setup;
+          setup.layout = layout;
+          setup.with_initial = with_initial;
+          setup.pool_slots = permute ? N + 3 : N;
+          if (permute) setup.slots = permuted_slots(N, setup.pool_slots);
+          const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
+          expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+        }
   }
 }
 
 // DI_GDN_QK_L2NORM: raw q and k rows of any magnitude (including all-zero rows), normalised by the
 // backend in float32, against the oracle that normalises the same bf16 rows in float64.
-TEST_F(GdnBaselineBatch, RawQkNormalisedInKernelMatchesOracle) {
+TEST_F(GdnPrefillBatch, RawQkNormalisedInKernelMatchesOracle) {
   SCOPED_TRACE(seed_trace(seed_));
   Batch b = make_batch(kQwenSmall, {1, 63, 64, 65, 300}, rng_);
   std::uniform_real_distribution<float> magnitude(0.05f, 30.0f);
@@ -375,39 +406,41 @@ TEST_F(GdnBaselineBatch, RawQkNormalisedInKernelMatchesOracle) {
   const int N = b.num_seqs(), Hv = kQwenSmall.num_v_heads;
   const std::vector<float> initial = random_states(N, Hv, rng_);
   const Reference<double> want = oracle(b, initial, kScale, /*normalize_qk=*/true);
-  for (di_gdn_state_layout layout : kLayouts) {
-    SCOPED_TRACE(layout_str(layout));
-    RunSetup setup;
-    setup.layout = layout;
-    setup.pool_slots = N;
-    setup.flags = DI_GDN_QK_L2NORM;
-    const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng_);
-    expect_matches_oracle(b, want, got, setup);
-  }
+  for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall))
+    for (di_gdn_state_layout layout : kLayouts) {
+      SCOPED_TRACE(fmt::format("backend {}, {}", backend->name, layout_str(layout)));
+      RunSetup setup;
+      setup.layout = layout;
+      setup.pool_slots = N;
+      setup.flags = DI_GDN_QK_L2NORM;
+      const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
+      expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+    }
 }
 
 // initial_state == final_state: each CTA reads its whole slice before writing it, so updating the
 // pool in place gives the oracle's states, and slots of no sequence keep their bits.
-TEST_F(GdnBaselineBatch, StateUpdatedInPlace) {
+TEST_F(GdnPrefillBatch, StateUpdatedInPlace) {
   SCOPED_TRACE(seed_trace(seed_));
   const Batch b = make_batch(kQwenSmall, {65, 0, 130, 7, 64}, rng_);
   const int N = b.num_seqs(), Hv = kQwenSmall.num_v_heads;
   const std::vector<float> initial = random_states(N, Hv, rng_);
   const Reference<double> want = oracle(b, initial, kScale);
-  for (di_gdn_state_layout layout : kLayouts) {
-    SCOPED_TRACE(layout_str(layout));
-    RunSetup setup;
-    setup.layout = layout;
-    setup.pool_slots = N + 4;
-    setup.slots = permuted_slots(N, setup.pool_slots);
-    setup.in_place = true;
-    const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng_);
-    expect_matches_oracle(b, want, got, setup);
-  }
+  for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall))
+    for (di_gdn_state_layout layout : kLayouts) {
+      SCOPED_TRACE(fmt::format("backend {}, {}", backend->name, layout_str(layout)));
+      RunSetup setup;
+      setup.layout = layout;
+      setup.pool_slots = N + 4;
+      setup.slots = permuted_slots(N, setup.pool_slots);
+      setup.in_place = true;
+      const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
+      expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+    }
 }
 
 // final_state NULL: the output is still right and nothing else is written.
-TEST_F(GdnBaselineBatch, NullFinalStateStillWritesOutput) {
+TEST_F(GdnPrefillBatch, NullFinalStateStillWritesOutput) {
   SCOPED_TRACE(seed_trace(seed_));
   const Batch b = make_batch(kQwenSmall, {100, 3}, rng_);
   const std::vector<float> initial = random_states(b.num_seqs(), kQwenSmall.num_v_heads, rng_);
@@ -415,12 +448,15 @@ TEST_F(GdnBaselineBatch, NullFinalStateStillWritesOutput) {
   RunSetup setup;
   setup.pool_slots = b.num_seqs();
   setup.write_final = false;
-  const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng_);
-  expect_matches_oracle(b, want, got, setup);
+  for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall)) {
+    SCOPED_TRACE(fmt::format("backend {}", backend->name));
+    const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
+    expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+  }
 }
 
 // Other GVA ratios: value head h reads key head h / (Hv / Hk).
-TEST_F(GdnBaselineBatch, GroupedValueHeadsReadTheirKeyHead) {
+TEST_F(GdnPrefillBatch, GroupedValueHeadsReadTheirKeyHead) {
   SCOPED_TRACE(seed_trace(seed_));
   for (di_gdn_geometry geometry : {di_gdn_geometry{4, 4, kDim, kDim}, di_gdn_geometry{2, 6, kDim, kDim}}) {
     SCOPED_TRACE(fmt::format("Hk {} Hv {}", geometry.num_k_heads, geometry.num_v_heads));
@@ -430,8 +466,11 @@ TEST_F(GdnBaselineBatch, GroupedValueHeadsReadTheirKeyHead) {
     RunSetup setup;
     setup.pool_slots = b.num_seqs();
     setup.layout = DI_GDN_STATE_VK;
-    const GpuResult got = run_baseline(b, initial, kScale, setup, stream_, rng_);
-    expect_matches_oracle(b, want, got, setup);
+    for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(geometry)) {
+      SCOPED_TRACE(fmt::format("backend {}", backend->name));
+      const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
+      expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+    }
   }
 }
 
@@ -460,8 +499,10 @@ di_gdn_prefill_args valid_looking_args() {
   return a;
 }
 
-TEST(GdnBaselineAbi, InvalidArgumentsAreRefused) {
-  const di_gdn_prefill_backend& backend = gdn_baseline_backend();
+TEST(GdnPrefillAbi, InvalidArgumentsAreRefused) {
+  for (const di_gdn_prefill_backend* each : prefill_backends()) {
+  SCOPED_TRACE(each->name);
+  const di_gdn_prefill_backend& backend = *each;
   auto run = [&](const di_gdn_prefill_args& a) { return backend.run(&a, nullptr, 0, nullptr); };
   EXPECT_EQ(backend.run(nullptr, nullptr, 0, nullptr), DI_GDN_INVALID_ARGUMENT);
   struct Case {
@@ -502,9 +543,42 @@ TEST(GdnBaselineAbi, InvalidArgumentsAreRefused) {
   a = valid_looking_args();
   a.num_seqs = 0;
   EXPECT_EQ(run(a), DI_GDN_OK);
+  }
 }
 
-TEST(GdnBaselineAbi, SupportsGivesSpecificReasons) {
+TEST(GdnPrefillAbi, Sm90SupportsGivesSpecificReasons) {
+  const di_gdn_prefill_backend& backend = gdn_sm90_backend();
+  EXPECT_STREQ(backend.name, "sm90");
+  auto reason_for = [&](di_gdn_geometry g, di_gdn_device d, di_gdn_state_layout layout = DI_GDN_STATE_KV) {
+    char reason[256];
+    std::memset(reason, 'x', sizeof reason);
+    const int status = backend.supports(&g, &d, layout, reason, sizeof reason);
+    return std::pair<int, std::string>(status, reason);
+  };
+  const di_gdn_device h200{9, 0, 132, 232448};
+  for (di_gdn_state_layout layout : kLayouts) EXPECT_EQ(reason_for(kQwenSmall, h200, layout).first, DI_GDN_OK);
+  for (di_gdn_geometry g : {di_gdn_geometry{16, 48, kDim, kDim}, di_gdn_geometry{16, 64, kDim, kDim},
+                            di_gdn_geometry{2, 8, kDim, kDim}, di_gdn_geometry{4, 16, kDim, kDim}})
+    EXPECT_EQ(reason_for(g, h200).first, DI_GDN_OK);
+  const auto a100 = reason_for(kQwenSmall, {8, 0, 108, 166912});
+  EXPECT_EQ(a100.first, DI_GDN_UNSUPPORTED);
+  EXPECT_NE(a100.second.find("sm_80 unsupported"), std::string::npos) << a100.second;
+  const auto b200 = reason_for(kQwenSmall, {10, 0, 148, 232448});
+  EXPECT_EQ(b200.first, DI_GDN_UNSUPPORTED);
+  EXPECT_NE(b200.second.find("compute capability 9.0"), std::string::npos) << b200.second;
+  const auto small_smem = reason_for(kQwenSmall, {9, 0, 132, 101376});
+  EXPECT_EQ(small_smem.first, DI_GDN_UNSUPPORTED);
+  EXPECT_NE(small_smem.second.find(fmt::format("needs {} bytes of shared memory", sm90_prefill_smem_bytes())),
+            std::string::npos)
+      << small_smem.second;
+  const auto k64 = reason_for({16, 32, 64, 64}, h200);
+  EXPECT_EQ(k64.first, DI_GDN_UNSUPPORTED);
+  EXPECT_NE(k64.second.find("sm90 needs k_dim == v_dim == 128"), std::string::npos) << k64.second;
+  const di_gdn_prefill_shape shape{kQwenSmall, 4, 5000};
+  EXPECT_EQ(backend.scratch_bytes(&shape), 0u);
+}
+
+TEST(GdnPrefillAbi, BaselineSupportsGivesSpecificReasons) {
   const di_gdn_prefill_backend& backend = gdn_baseline_backend();
   EXPECT_STREQ(backend.name, "baseline");
   const di_gdn_device h200{9, 0, 132, 232448};
@@ -614,16 +688,19 @@ TEST_F(GdnDiagnostic, Hv48) {
     const Reference<float> cpu32 = reference<float>(b, initial, kScale, /*chunked=*/true);
     RunSetup setup;
     setup.pool_slots = 1;
-    const GpuResult gpu = run_baseline(b, initial, kScale, setup, stream_, rng);
-    ASSERT_EQ(gpu.status, DI_GDN_OK);
-
-    row(T, "gpu-baseline", "out", error_stats(gpu.out, want.out, kBf16GdnKernelOut), kBf16GdnKernelOut);
-    row(T, "gpu-baseline", "state", error_stats(gpu.pool_after, want.state, kF32GdnKernelState), kF32GdnKernelState);
+    for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(geometry)) {
+      SCOPED_TRACE(fmt::format("backend {}", backend->name));
+      const GpuResult gpu = run_backend(*backend, b, initial, kScale, setup, stream_, rng);
+      ASSERT_EQ(gpu.status, DI_GDN_OK);
+      const BackendTolerance tol = backend_tolerance(*backend);
+      const std::string path = fmt::format("gpu-{}", backend->name);
+      row(T, path.c_str(), "out", error_stats(gpu.out, want.out, tol.out), tol.out);
+      row(T, path.c_str(), "state", error_stats(gpu.pool_after, want.state, tol.state), tol.state);
+      EXPECT_TRUE(all_close(gpu.out, want.out, tol.out, "gpu out"));
+      EXPECT_TRUE(all_close(gpu.pool_after, want.state, tol.state, "gpu final state"));
+    }
     row(T, "cpu-f32-chunk", "out", error_stats(cpu32.out, want.out, kBf16GdnKernelOut), kBf16GdnKernelOut);
     row(T, "cpu-f32-chunk", "state", error_stats(cpu32.state, want.state, kF32GdnKernelState), kF32GdnKernelState);
-
-    EXPECT_TRUE(all_close(gpu.out, want.out, kBf16GdnKernelOut, "gpu out"));
-    EXPECT_TRUE(all_close(gpu.pool_after, want.state, kF32GdnKernelState, "gpu final state"));
   }
   std::fputs(table.c_str(), stdout);
   std::fflush(stdout);

@@ -92,36 +92,46 @@ TEST_F(GpuModel, EveryIntermediateTracksTheCpuReference) {
   EXPECT_TRUE(logits_close(gpu_logits, cpu_logits, "logits of 200 tokens"));
 }
 
-// A 3000-token prompt prefilled in pieces equals one piece: logits and every GDN layer's state.
+// A 3000-token prompt prefilled in pieces equals one piece: logits and every GDN layer's state, with
+// the production GDN prefill backend and with the baseline forced. Layer 0 sees identical inputs in
+// both runs, so its recurrent states differ only by the backend's arithmetic at other chunk
+// boundaries: float32 summation order for the baseline (kF32ChunkingState), bf16 tensor-core operands
+// for sm90 (kF32GdnTensorCoreState, the kernel's own error against the oracle).
 TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const ModelConfig& c = tiny().config;
   Qwen35Model model(c, tiny().weights);
-  CudaOps gpu(c, tiny().weights, CudaOpsOptions{.max_slots = 2});
   const std::vector<int32_t> tokens = random_tokens(3000, rng_);
-  Sequence whole(model, gpu);
-  const std::vector<float> whole_logits = whole.feed(tokens);
-  const int64_t gdn_layers = c.num_layers_of(LayerKind::linear_attention);
-  for (int64_t piece : {1, 63, 64, 65, 512}) {
-    SCOPED_TRACE("pieces of " + std::to_string(piece));
-    Sequence pieces(model, gpu);
-    std::vector<float> logits;
-    for (size_t i = 0; i < tokens.size(); i += size_t(piece))
-      logits = pieces.feed(std::span<const int32_t>(tokens).subspan(i, std::min(tokens.size() - i, size_t(piece))));
-    EXPECT_TRUE(logits_close(logits, whole_logits, "last-token logits"));
-    for (int64_t l = 0; l < gdn_layers; ++l) {
-      const std::string layer = "GDN layer " + std::to_string(l);
-      // Layer 0 sees identical inputs in both runs: its conv state is the same bf16 values, and its
-      // recurrent state differs only by float32 summation order. Deeper layers see rounding flips.
-      const std::vector<float> conv_w = gpu.conv_state(whole.slot(), l), conv_p = gpu.conv_state(pieces.slot(), l);
-      const std::vector<float> rec_w = gpu.recurrent_state(whole.slot(), l),
-                               rec_p = gpu.recurrent_state(pieces.slot(), l);
-      if (l == 0) {
-        EXPECT_TRUE(all_close(conv_p, conv_w, testing::kExactF32, layer + " conv state"));
-        EXPECT_TRUE(all_close(rec_p, rec_w, testing::kF32ChunkingState, layer + " recurrent state"));
-      } else {
-        EXPECT_TRUE(all_close(conv_p, conv_w, testing::kBf16RunState, layer + " conv state"));
-        EXPECT_TRUE(all_close(rec_p, rec_w, testing::kBf16RunState, layer + " recurrent state"));
+  for (const std::string forced : {"", "baseline"}) {
+    CudaOps gpu(c, tiny().weights, CudaOpsOptions{.max_slots = 2, .gdn_prefill_backend = forced});
+    const std::string backend = gpu.gdn_prefill_backend().name;
+    if (forced.empty() && backend == "baseline") continue;  // the second pass covers it
+    SCOPED_TRACE("GDN prefill backend " + backend);
+    const testing::Tolerance layer0_state =
+        backend == "baseline" ? testing::kF32ChunkingState : testing::kF32GdnTensorCoreState;
+    Sequence whole(model, gpu);
+    const std::vector<float> whole_logits = whole.feed(tokens);
+    const int64_t gdn_layers = c.num_layers_of(LayerKind::linear_attention);
+    for (int64_t piece : {1, 63, 64, 65, 512}) {
+      SCOPED_TRACE("pieces of " + std::to_string(piece));
+      Sequence pieces(model, gpu);
+      std::vector<float> logits;
+      for (size_t i = 0; i < tokens.size(); i += size_t(piece))
+        logits = pieces.feed(std::span<const int32_t>(tokens).subspan(i, std::min(tokens.size() - i, size_t(piece))));
+      EXPECT_TRUE(logits_close(logits, whole_logits, "last-token logits"));
+      for (int64_t l = 0; l < gdn_layers; ++l) {
+        const std::string layer = "GDN layer " + std::to_string(l);
+        // Layer 0: the same bf16 conv state; deeper layers see rounding flips.
+        const std::vector<float> conv_w = gpu.conv_state(whole.slot(), l), conv_p = gpu.conv_state(pieces.slot(), l);
+        const std::vector<float> rec_w = gpu.recurrent_state(whole.slot(), l),
+                                 rec_p = gpu.recurrent_state(pieces.slot(), l);
+        if (l == 0) {
+          EXPECT_TRUE(all_close(conv_p, conv_w, testing::kExactF32, layer + " conv state"));
+          EXPECT_TRUE(all_close(rec_p, rec_w, layer0_state, layer + " recurrent state"));
+        } else {
+          EXPECT_TRUE(all_close(conv_p, conv_w, testing::kBf16RunState, layer + " conv state"));
+          EXPECT_TRUE(all_close(rec_p, rec_w, testing::kBf16RunState, layer + " recurrent state"));
+        }
       }
     }
   }

@@ -108,6 +108,19 @@
 //                                 CPU float32 chunked on the GPU tests' inputs: max 3.3e-6 on
 //                                 |S| <= 0.8 up to T = 4096 (1.4e-5 with 5% of tokens at g ~ -150).
 //                                 Twice kF32VsF64, for the kernels' other summation orders.
+//   kBf16GdnTensorCoreOut 2e-3 / 1.6e-2  bf16 output of a GDN kernel whose chunk products take bf16
+//                                 tensor-core operands (sm90: the state rounded to bf16 for K S and
+//                                 Q S; X, Vnew, P and Kᵀ' rounded to bf16; Tinv kept to ~16 bits as
+//                                 hi + lo), against the float64 oracle. Every operand carries a
+//                                 relative rounding of 2^-9, and a sum of n such products has an
+//                                 absolute error of ~2^-9 sqrt(n) times a typical term: with unit
+//                                 q, k and |S| <= 0.8, ~1e-3 on outputs of O(0.1 .. 1). This is the
+//                                 arithmetic of every Hopper GDN library (GDN_KERNELS.md 12.8).
+//   kF32GdnTensorCoreState 4e-3 / 2e-2  the float32 state of such a kernel: each chunk adds
+//                                 Kᵀ' Vnew with both operands rounded to bf16 (64 products of
+//                                 relative error 2^-8), and Vnew inherits the bf16 state's error; the
+//                                 decay and the projector forget older errors, so it does not grow
+//                                 with T.
 //   kBf16TwoGdnKernels 1e-5 / 8e-3  the bf16 outputs of two float32 GDN kernels against each other
 //                                 (T decode steps against one chunked prefill): each is within half
 //                                 a bf16 ulp of its float32 value, so they may sit one ulp apart
@@ -163,6 +176,8 @@ inline constexpr Tolerance kBf16RunLogit32{4.0, 0.02, "bf16-run-logit-32-layers"
 inline constexpr double kBf16RunLogitMean32 = 0.6;
 inline constexpr Tolerance kBf16GdnKernelOut{5e-6, 4e-3, "bf16-gdn-kernel-out"};
 inline constexpr Tolerance kF32GdnKernelState{2e-5, 2e-4, "f32-gdn-kernel-state"};
+inline constexpr Tolerance kBf16GdnTensorCoreOut{2e-3, 1.6e-2, "bf16-gdn-tensor-core-out"};
+inline constexpr Tolerance kF32GdnTensorCoreState{4e-3, 2e-2, "f32-gdn-tensor-core-state"};
 inline constexpr Tolerance kBf16TwoGdnKernels{1e-5, 8e-3, "bf16-two-gdn-kernels"};
 inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
 inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};

@@ -1,0 +1,171 @@
+#pragma once
+// Device pieces both GDN chunked-prefill kernels share (chunk length 64): the chunk's gate vectors
+// and the float32 inverse of the unit lower-triangular (I + L). See baseline_prefill.cu for the math.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::gdn {
+
+constexpr int kGdnChunk = 64;
+
+// One warp reads the chunk's log decays g and betas (rows [t0, t0 + len) of value head `head`) and
+// writes, for each of the 64 rows r (rows past the chunk: g = 0, beta = 0):
+//   G[r] = cumsum(g)[r],  beta[r],  exp_G[r] = exp(G[r]),  tail[r] = exp(min(G[len - 1] - G[r], 0)).
+// Lane l takes rows 2 l and 2 l + 1.
+__device__ __forceinline__ void load_chunk_gates(const float* g, const float* beta, int64_t t0, int len, int heads,
+                                                 int head, int lane, float* G_s, float* beta_s, float* exp_G_s,
+                                                 float* tail_s) {
+  const int r0 = 2 * lane, r1 = r0 + 1;
+  const float g0 = r0 < len ? g[(t0 + r0) * heads + head] : 0.f;
+  const float g1 = r1 < len ? g[(t0 + r1) * heads + head] : 0.f;
+  const float b0 = r0 < len ? beta[(t0 + r0) * heads + head] : 0.f;
+  const float b1 = r1 < len ? beta[(t0 + r1) * heads + head] : 0.f;
+  // Inclusive scan of the pair sums over the lanes, then G_r0 = (sum before this lane) + g0.
+  float scan = g0 + g1;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const float up = __shfl_up_sync(0xffffffffu, scan, d);
+    if (lane >= d) scan += up;
+  }
+  float before = __shfl_up_sync(0xffffffffu, scan, 1);
+  if (lane == 0) before = 0.f;
+  const float G0 = before + g0, G1 = G0 + g1;
+  // G_last = G at the last valid row (the decay of a partial chunk stops there).
+  const int last = len - 1;
+  const float G_last = __shfl_sync(0xffffffffu, (last & 1) ? G1 : G0, last / 2);
+  G_s[r0] = G0, G_s[r1] = G1;
+  beta_s[r0] = b0, beta_s[r1] = b1;
+  exp_G_s[r0] = expf(G0), exp_G_s[r1] = expf(G1);
+  tail_s[r0] = expf(fminf(G_last - G0, 0.f)), tail_s[r1] = expf(fminf(G_last - G1, 0.f));
+}
+
+// The four 16x16 diagonal blocks of (I + L)^-1, in place in `tmat` (64 x 64 floats, row stride
+// `stride`, L strictly lower). Threads 0..63 take part (block tid / 16, column tid % 16): column c
+// solves (I + L_bb) x = e_c by forward substitution, x_i = [i == c] - sum_{k < i} L_ik x_k.
+template <int stride>
+__device__ __forceinline__ void invert_diagonal_blocks(float* tmat, int tid) {
+  if (tid >= 64) return;
+  const int base = (tid / 16) * 16, c = tid % 16;
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float* l_row = tmat + (base + i) * stride + base;
+    float acc = i == c ? 1.f : 0.f;
+#pragma unroll
+    for (int kk = 0; kk < i; ++kk) acc = fmaf(-l_row[kk], x[kk], acc);
+    x[i] = acc;
+  }
+  __syncwarp();  // a block's 16 threads share one warp: all its L reads are done before the writes
+#pragma unroll
+  for (int i = 0; i < 16; ++i) tmat[(base + i) * stride + base + c] = x[i];
+}
+
+// The off-diagonal block of the inverse for each pair of adjacent n x n diagonal blocks (lo, hi):
+//   T_hl = -T_hh · L_hl · T_ll, with T_ll, T_hh already inverted in `tmat` and L_hl still in place.
+// X = L_hl T_ll goes through `scratch` ([pairs][n][n] floats); the result overwrites L_hl. All
+// `threads` threads of the block take part (two __syncthreads inside).
+template <int n, int threads, int stride>
+__device__ __forceinline__ void merge_inverse_blocks(float* tmat, float* scratch, int tid) {
+  constexpr int pairs = kGdnChunk / (2 * n);
+  constexpr int per_thread = pairs * n * n / threads;
+  static_assert(pairs * n * n % threads == 0, "whole elements per thread");
+  // X = L_hl · T_ll (T_ll lower triangular: zeros above its diagonal are stored, so sum all k).
+#pragma unroll
+  for (int e = 0; e < per_thread; ++e) {
+    const int idx = tid + e * threads;
+    const int pair = idx / (n * n), r = (idx / n) % n, c = idx % n;
+    const int lo = 2 * n * pair, hi = lo + n;
+    const float* l_row = tmat + (hi + r) * stride + lo;
+    float acc = 0.f;
+#pragma unroll 8
+    for (int k = 0; k < n; ++k) acc = fmaf(l_row[k], tmat[(lo + k) * stride + lo + c], acc);
+    scratch[idx] = acc;
+  }
+  __syncthreads();
+  // T_hl = -T_hh · X
+#pragma unroll
+  for (int e = 0; e < per_thread; ++e) {
+    const int idx = tid + e * threads;
+    const int pair = idx / (n * n), r = (idx / n) % n, c = idx % n;
+    const int lo = 2 * n * pair, hi = lo + n;
+    const float* t_row = tmat + (hi + r) * stride + hi;
+    const float* x = scratch + pair * n * n + c;
+    float acc = 0.f;
+#pragma unroll 8
+    for (int k = 0; k < n; ++k) acc = fmaf(t_row[k], x[k * n], acc);
+    tmat[(hi + r) * stride + lo + c] = -acc;
+  }
+  __syncthreads();
+}
+
+// The same merges with register tiles, for blocks of `threads` <= pairs n n / 4: thread (pair, row
+// group, column group) owns a rows x 4 tile, reads each matrix element it needs once per tile (a
+// float4 of the right-hand matrix and `rows` scalars of the left one per k) and skips the zero
+// triangles: X = L_hl T_ll sums k >= c (T_ll lower triangular); T_hl = -T_hh X sums k <= r.
+template <int n, int threads, int stride>
+__device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* scratch, int tid) {
+  constexpr int pairs = kGdnChunk / (2 * n);
+  constexpr int col_groups = n / 4;
+  constexpr int rows = pairs * n * col_groups / threads;  // rows per thread
+  static_assert(rows >= 1 && pairs * (n / rows) * col_groups == threads, "whole tiles per thread");
+  const int cg = tid % col_groups, rg = (tid / col_groups) % (n / rows), pair = tid / (col_groups * (n / rows));
+  const int lo = 2 * n * pair, hi = lo + n, c0 = 4 * cg, r0 = rows * rg;
+  float acc[rows][4];
+#pragma unroll
+  for (int i = 0; i < rows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int k = c0; k < n; ++k) {  // X = L_hl · T_ll
+    const float4 t = *reinterpret_cast<const float4*>(tmat + (lo + k) * stride + lo + c0);
+#pragma unroll
+    for (int i = 0; i < rows; ++i) {
+      const float l = tmat[(hi + r0 + i) * stride + lo + k];
+      acc[i][0] = fmaf(l, t.x, acc[i][0]), acc[i][1] = fmaf(l, t.y, acc[i][1]);
+      acc[i][2] = fmaf(l, t.z, acc[i][2]), acc[i][3] = fmaf(l, t.w, acc[i][3]);
+    }
+  }
+  float* x = scratch + pair * n * n;  // [n][n]
+#pragma unroll
+  for (int i = 0; i < rows; ++i)
+    *reinterpret_cast<float4*>(x + (r0 + i) * n + c0) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < rows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int k = 0; k < r0 + rows; ++k) {  // T_hl = -T_hh · X (T_hh's zeros above the diagonal are stored)
+    const float4 xv = *reinterpret_cast<const float4*>(x + k * n + c0);
+#pragma unroll
+    for (int i = 0; i < rows; ++i) {
+      const float t = tmat[(hi + r0 + i) * stride + hi + k];
+      acc[i][0] = fmaf(t, xv.x, acc[i][0]), acc[i][1] = fmaf(t, xv.y, acc[i][1]);
+      acc[i][2] = fmaf(t, xv.z, acc[i][2]), acc[i][3] = fmaf(t, xv.w, acc[i][3]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < rows; ++i)
+    *reinterpret_cast<float4*>(tmat + (hi + r0 + i) * stride + lo + c0) =
+        make_float4(-acc[i][0], -acc[i][1], -acc[i][2], -acc[i][3]);
+  __syncthreads();
+}
+
+// (I + L)^-1 in place: diagonal blocks, then the merges 16 -> 32 -> 64. `scratch` holds 1024 floats.
+template <int threads, int stride>
+__device__ __forceinline__ void invert_unit_lower(float* tmat, float* scratch, int tid) {
+  invert_diagonal_blocks<stride>(tmat, tid);
+  __syncthreads();
+  merge_inverse_blocks<16, threads, stride>(tmat, scratch, tid);
+  merge_inverse_blocks<32, threads, stride>(tmat, scratch, tid);
+}
+
+}  // namespace di::gdn
+
+namespace di::gdn {
+// The register-tiled variant of invert_unit_lower, for blocks of at most 128 threads (rows of 16-byte
+// aligned floats: stride % 4 == 0).
+template <int threads, int stride>
+__device__ __forceinline__ void invert_unit_lower_tiled(float* tmat, float* scratch, int tid) {
+  static_assert(stride % 4 == 0, "float4 rows");
+  invert_diagonal_blocks<stride>(tmat, tid);
+  __syncthreads();
+  merge_inverse_blocks_tiled<16, threads, stride>(tmat, scratch, tid);
+  merge_inverse_blocks_tiled<32, threads, stride>(tmat, scratch, tid);
+}
+}  // namespace di::gdn

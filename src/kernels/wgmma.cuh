@@ -1,0 +1,113 @@
+#pragma once
+// Hopper warpgroup MMA (wgmma, sm_90a) for kernels that keep their operands in shared memory in the
+// "canonical" no-swizzle layout, and the accumulator fragment map that goes with it.
+//
+// Operand layout (PTX ISA, "Shared Memory Matrix Layout", K-major, no swizzle). A tile of R rows (M
+// for A, N for B) by Kd contraction elements, bf16, is stored as 8x8 "core matrices" of 128
+// contiguous bytes (8 rows of 16 bytes, the 8 contraction elements of a row contiguous). Core matrices
+// follow each other along the contraction dimension first, then along the rows:
+//     byte offset of (r, k) = ((r / 8) * (Kd / 8) + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2
+// so the descriptor's leading byte offset (next core matrix along K) is 128 and its stride byte
+// offset (next 8 rows) is Kd * 16. A k16 step advances the start address by 256 bytes; rows 64..127
+// of a 128-row operand start 8 * Kd * 16 bytes further.
+//
+// Accumulator fragment (m64nNk16, f32): thread t of the warpgroup (warp w = t / 32, lane l) holds
+// d[4 j + 2 h + e] = D[16 w + l / 4 + 8 h][8 j + 2 (l % 4) + e]  for j < N / 8, h, e in {0, 1}.
+//
+// Ordering rules the callers follow: shared memory written by ordinary stores (or cp.async) becomes
+// visible to wgmma after fence_async_shared() by the writers and a barrier; registers written by
+// ordinary instructions become wgmma accumulators after wgmma_fence(); results are read only after
+// wgmma_wait<0>().
+#include <cstdint>
+
+namespace di::kernels::wgmma {
+
+constexpr int kCoreBytes = 128;  // one 8x8 bf16 core matrix
+
+// Byte offset of element (r, k) of an R x Kd operand tile in the layout above.
+__device__ __forceinline__ constexpr uint32_t operand_offset(int r, int k, int kd) {
+  return uint32_t(((r >> 3) * (kd >> 3) + (k >> 3)) * kCoreBytes + (r & 7) * 16 + (k & 7) * 2);
+}
+
+// The 64-bit shared memory matrix descriptor: start address, leading byte offset (along K), stride
+// byte offset (along M/N), each in 16-byte units; swizzle mode 0 (none).
+__device__ __forceinline__ uint64_t descriptor(const void* smem, int kd) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint64_t start = (address >> 4) & 0x3fff;
+  const uint64_t leading = (kCoreBytes >> 4) & 0x3fff;
+  const uint64_t stride = ((kd * 16) >> 4) & 0x3fff;
+  return start | (leading << 16) | (stride << 32);
+}
+
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across an asynchronous wgmma.
+template <int n>
+__device__ __forceinline__ void fence_registers(float (&d)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= A B for one m64n64k16 step, bf16 operands from shared memory, f32 accumulators.
+// accumulate == false ignores d's old values (D = A B).
+__device__ __forceinline__ void mma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+
+// D (+)= A B over a whole contraction of kd elements: A is 64 x kd at a, B is 64 x kd at b (both
+// in the layout above). Issues kd / 16 wgmmas; the caller commits and waits.
+template <int kd>
+__device__ __forceinline__ void mma_m64n64(float (&d)[32], const void* a, const void* b, bool accumulate) {
+  const uint64_t desc_a = descriptor(a, kd), desc_b = descriptor(b, kd);
+#pragma unroll
+  for (int s = 0; s < kd / 16; ++s) {
+    // +256 bytes per k16 step: 16 bytes of address per descriptor unit.
+    mma_m64n64k16(d, desc_a + uint64_t(s * 16), desc_b + uint64_t(s * 16), accumulate || s > 0);
+  }
+}
+
+// Fragment coordinates of accumulator element i for this thread (see the header comment), and the
+// byte offsets at which element i lands in an operand tile: "direct" stores D[row][col] as operand
+// element (row, col), "transposed" as (col, row). Offsets are a per-thread base plus a constant of i,
+// so unrolled loops address shared memory with immediates instead of keeping one register per element.
+struct Fragment {
+  int row0;  // 16 w + l / 4; element i sits at row row0 + 8 h
+  int col0;  // 2 (l % 4); element i sits at column 8 j + col0 + e
+  __device__ __forceinline__ explicit Fragment(int thread)
+      : row0(16 * (thread / 32) + (thread % 32) / 4), col0(2 * (thread % 4)) {}
+  __device__ __forceinline__ int row(int i) const { return row0 + 8 * ((i >> 1) & 1); }
+  __device__ __forceinline__ int col(int i) const { return 8 * (i >> 2) + col0 + (i & 1); }
+  // (row(i) + row_shift, col(i)) in an operand whose contraction is kd (row_shift a multiple of 8).
+  __device__ __forceinline__ uint32_t direct_offset(int i, int kd, int row_shift = 0) const {
+    return uint32_t((row0 >> 3) * (kd / 8) * kCoreBytes + (row0 & 7) * 16 + col0 * 2) +
+           uint32_t((((i >> 1) & 1) + row_shift / 8) * (kd / 8) * kCoreBytes + (i >> 2) * kCoreBytes + (i & 1) * 2);
+  }
+  // (col(i), row(i) + row_shift) in an operand whose contraction is kd.
+  __device__ __forceinline__ uint32_t transposed_offset(int i, int kd, int row_shift = 0) const {
+    return uint32_t((row0 >> 3) * kCoreBytes + col0 * 16 + (row0 & 7) * 2) +
+           uint32_t(((i >> 2) * (kd / 8) + ((i >> 1) & 1) + row_shift / 8) * kCoreBytes + (i & 1) * 16);
+  }
+};
+
+}  // namespace di::kernels::wgmma

@@ -1,0 +1,121 @@
+// The wgmma building blocks of kernels/wgmma.cuh on their own: the operand layout and descriptor
+// (one 64 x 64 x kd product against a host GEMM of the same bf16 values, exact up to f32 summation
+// order) and the fragment offsets (every element's direct and transposed offset equals the layout
+// formula). A failure here localises a wrong descriptor before it shows up as a wrong GDN state.
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/cuda.h"
+#include "gpu/gpu_test.h"
+#include "kernels/wgmma.cuh"
+
+namespace di::kernels {
+namespace {
+
+namespace wg = wgmma;
+using di::testing::seed_trace;
+
+// D = A Bᵀ for row-major A [64][kd] and B [64][kd] (bf16), D row-major [64][64] f32. One warpgroup.
+template <int kd>
+__global__ void gemm_abt_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d, int accumulate_twice) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ __align__(128) unsigned char a_s[64 * kd * 2];
+  __shared__ __align__(128) unsigned char b_s[64 * kd * 2];
+  for (int e = threadIdx.x; e < 64 * kd; e += blockDim.x) {
+    const int r = e / kd, k = e % kd;
+    *reinterpret_cast<__nv_bfloat16*>(a_s + wg::operand_offset(r, k, kd)) = a[e];
+    *reinterpret_cast<__nv_bfloat16*>(b_s + wg::operand_offset(r, k, kd)) = b[e];
+  }
+  wg::fence_async_shared();
+  __syncthreads();
+  float acc[32];
+  for (float& x : acc) x = 0.f;
+  wg::wgmma_fence();
+  wg::mma_m64n64<kd>(acc, a_s, b_s, false);
+  if (accumulate_twice) wg::mma_m64n64<kd>(acc, a_s, b_s, true);
+  wg::wgmma_commit();
+  wg::wgmma_wait<0>();
+  wg::fence_registers(acc);
+  const wg::Fragment f(threadIdx.x);
+  for (int i = 0; i < 32; ++i) d[f.row(i) * 64 + f.col(i)] = acc[i];
+#endif
+}
+
+// For every thread and element: out[(t * 32 + i) * 4 + {0..3}] = row, col, direct offset, transposed
+// offset (kd = 64, row shift 64 for the transposed one, as the state operand uses).
+__global__ void fragment_offsets_kernel(uint32_t* out) {
+  const wg::Fragment f(threadIdx.x);
+  for (int i = 0; i < 32; ++i) {
+    uint32_t* o = out + (threadIdx.x * 32 + i) * 4;
+    o[0] = f.row(i), o[1] = f.col(i), o[2] = f.direct_offset(i, 64), o[3] = f.transposed_offset(i, 128, 64);
+  }
+}
+
+uint32_t layout_offset(int r, int k, int kd) { return uint32_t(((r / 8) * (kd / 8) + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2); }
+
+bool is_hopper() {
+  const cuda::DeviceInfo d = cuda::current_device();
+  return d.sm_major == 9 && d.sm_minor == 0;
+}
+
+class Wgmma : public di::testing::SeededGpuTest<std::mt19937> {};
+
+TEST_F(Wgmma, ProductMatchesHostGemm) {
+  if (!is_hopper()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+  SCOPED_TRACE(seed_trace(seed_));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int twice : {0, 1}) {
+    constexpr int kd = 128;
+    std::vector<uint16_t> a(64 * kd), b(64 * kd);
+    for (auto& x : a) x = f32_to_bf16(normal(rng_));
+    for (auto& x : b) x = f32_to_bf16(normal(rng_));
+    cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
+    cuda::DeviceBuffer<float> dd(64 * 64);
+    dd.fill_bytes(0xFF);
+    gemm_abt_kernel<kd><<<1, 128, 0, stream_>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                                                 reinterpret_cast<const __nv_bfloat16*>(db.data()), dd.data(), twice);
+    DI_CUDA_CHECK(cudaGetLastError());
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<float> d = dd.download();
+    int bad = 0;
+    for (int i = 0; i < 64; ++i)
+      for (int j = 0; j < 64; ++j) {
+        double want = 0;
+        for (int k = 0; k < kd; ++k) want += double(bf16_to_f32(a[i * kd + k])) * double(bf16_to_f32(b[j * kd + k]));
+        want *= twice ? 2 : 1;
+        // bf16 products are exact in f32; only the f32 summation order differs.
+        if (!(std::fabs(d[i * 64 + j] - want) <= 1e-4 * (1 + std::fabs(want))) && bad++ < 5)
+          ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * 64 + j] << ", want " << want << (twice ? " (accumulated twice)" : "");
+      }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST_F(Wgmma, FragmentOffsetsFollowTheLayout) {
+  cuda::DeviceBuffer<uint32_t> out(128 * 32 * 4);
+  fragment_offsets_kernel<<<1, 128, 0, stream_>>>(out.data());
+  DI_CUDA_CHECK(cudaGetLastError());
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint32_t> o = out.download();
+  std::vector<int> seen(64 * 64, 0);
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 32; ++i) {
+      const uint32_t* e = o.data() + (t * 32 + i) * 4;
+      const int row = int(e[0]), col = int(e[1]);
+      ASSERT_LT(row, 64);
+      ASSERT_LT(col, 64);
+      ++seen[row * 64 + col];
+      EXPECT_EQ(e[2], layout_offset(row, col, 64)) << "direct, thread " << t << " element " << i;
+      EXPECT_EQ(e[3], layout_offset(col, row + 64, 128)) << "transposed, thread " << t << " element " << i;
+    }
+  for (int x : seen) EXPECT_EQ(x, 1);  // the fragments tile the 64 x 64 accumulator exactly once
+}
+
+}  // namespace
+}  // namespace di::kernels
