@@ -20,23 +20,24 @@
 //   K S, Q S  64 x 64 x 128, both, issued before the inverse and awaited after it (the inverse runs
 //             on the CUDA cores, register-tiled, while the tensor cores work)
 //   Vnew      Tinv X as hi/lo products   64 x 64 x 64 (three)
-//   output    (scaled Q S) + P · Vnew   64 x 64 x 64, accumulated onto the Q S registers
+//   output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
 //   state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
-// measured to dominate the error against the float64 oracle: Tinv, X and W; Kᵀ is the raw bf16 input,
-// exact. Sᵀ (for K S, Q S), P and Vnew (for the output) are single bf16: splitting Sᵀ changed no
-// error statistic (the state's max error stayed 3.8e-3 with the others single), splitting X and W
-// halved it. docs/benchmarks/gdn-sm90.md has the measurements.
+// measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
+// input, exact. Sᵀ (for K S, Q S) and P are single bf16: with everything else single, splitting Sᵀ
+// changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
+// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). A P or Sᵀ split would cost one more
+// operand of shared memory each, and with it the second CTA per SM.
 // Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh; those
 // made from registers are written there by the threads, then fenced for the async proxy. The next
 // chunk's Q and K are fetched with cp.async while the chunk's last products run, V once X's low part
 // (which borrows V's region) is consumed. No atomics, no scratch, no host synchronisation.
 //
-// FLOP per chunk and CTA (tensor cores): gram 2.10 M, K S + Q S 2.10 M, Vnew 1.57 M, output 0.52 M,
-// state 2.10 M: 8.4 MFLOP; per value head (2 CTAs) 16.8 MFLOP against the fused ideal of 10.5 MFLOP
+// FLOP per chunk and CTA (tensor cores): gram 2.10 M, K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M,
+// state 2.10 M: 8.9 MFLOP; per value head (2 CTAs) 17.8 MFLOP against the fused ideal of 10.5 MFLOP
 // (GDN_KERNELS.md 9.1): the two column halves each compute the Gram matrices and the inverse, and the
-// hi/lo splits add 4.2 MFLOP per head.
+// hi/lo splits add 5.2 MFLOP per head.
 #include "gdn/sm90_prefill.h"
 
 #include <cuda_bf16.h>
@@ -354,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
     wg::fence_async_shared();
     __syncthreads();
 
-    // Q and K of this chunk are no longer read: fetch the next chunk's (V's region holds X's low part
-    // until Vnew is formed).
+    // Q and K of this chunk are no longer read: fetch the next chunk's (V's region holds X's and then
+    // Vnew's low part until the chunk's last products; the next V is fetched after them).
     const int64_t next_remaining = remaining - kChunk;
     const int next_len = int(next_remaining < kChunk ? next_remaining : kChunk);
     if (chunk + 1 < num_chunks) {
@@ -365,8 +366,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
     }
 
     // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below
-    // f32 rounding). Then Vnew (bf16) goes over Tinv_hi for the output, and W = diag(exp(G_last - G)
-    // / |k|) Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state update.
+    // f32 rounding). Then Vnew as hi (over Tinv_hi) + lo (over X_lo in V's region) for the output,
+    // and W = diag(exp(G_last - G) / |k|) Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state.
     {
       float vnew[32];
       zero(vnew);
@@ -378,17 +379,16 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
       wg::wgmma_wait<0>();
       wg::fence_registers(vnew);
       __syncthreads();  // every warp's products have read X and Tinv
-      if (chunk + 1 < num_chunks) {
-        load_v_async(v_s, v, t0 + kChunk, next_len, Hv, head, v0, tid);
-        cp_async_commit();
-      }
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int r = frag.row(i);
+        const uint32_t at = frag.transposed_offset(i, kChunk);
         const float w = tail_s[r] * k_inv_s[r] * vnew[i], w_hi = kernels::round_bf16(w);
-        store_bf16(t_hi_s, frag.transposed_offset(i, kChunk), vnew[i]);
-        store_bf16(x_s, frag.transposed_offset(i, kChunk), w_hi);
-        store_bf16(t_lo_s, frag.transposed_offset(i, kChunk), w - w_hi);
+        const float vnew_hi = kernels::round_bf16(vnew[i]);
+        store_bf16(t_hi_s, at, vnew_hi);
+        store_bf16(v_s, at, vnew[i] - vnew_hi);
+        store_bf16(x_s, at, w_hi);
+        store_bf16(t_lo_s, at, w - w_hi);
       }
     }
     wg::fence_async_shared();
@@ -402,7 +402,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
       for (int i = 0; i < 32; ++i) state[half][i] *= chunk_decay;
     wg::wgmma_fence();
     const unsigned char* kt_hi_half = kt_s + wg::operand_offset(64, 0, kChunk);  // key rows 64 .. 127
-    wg::mma_m64n64<kChunk>(qs, p_s, t_hi_s, true);          // P Vnew
+    wg::mma_m64n64<kChunk>(qs, p_s, t_hi_s, true);          // P Vnew_hi
+    wg::mma_m64n64<kChunk>(qs, p_s, v_s, true);             // P Vnew_lo
     wg::mma_m64n64<kChunk>(state[0], kt_s, x_s, true);        // Kᵀ W_hi
     wg::mma_m64n64<kChunk>(state[1], kt_hi_half, x_s, true);
     wg::mma_m64n64<kChunk>(state[0], kt_s, t_lo_s, true);     // Kᵀ W_lo
@@ -410,6 +411,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
+    __syncthreads();  // every warp's products have read Vnew_lo: V's region takes the next chunk's V
+    if (chunk + 1 < num_chunks) {
+      load_v_async(v_s, v, t0 + kChunk, next_len, Hv, head, v0, tid);
+      cp_async_commit();
+    }
 
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {

@@ -27,6 +27,7 @@
 #if DI_HAVE_CUDA
 #include "core/cuda.h"
 #include "engine/cuda_ops.h"
+#include "gdn/dispatch.h"
 #endif
 #include "core/sha256.h"
 #include "engine/sequence.h"
@@ -77,12 +78,15 @@ struct GoldenCase {
   std::string precision;  // "f32" or "bf16"
   std::string prompt;     // "short" or "long"
   std::string device = "cpu";  // "cpu" (CpuOps) or "cuda" (CudaOps, bf16 only)
+  std::string gdn_backend;     // cuda: the GDN prefill backend forced ("" = production dispatch)
 };
 
-inline void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.device << " " << c.precision << " " << c.prompt; }
+inline void PrintTo(const GoldenCase& c, std::ostream* os) {
+  *os << c.device << " " << c.precision << " " << c.prompt << (c.gdn_backend.empty() ? "" : " gdn " + c.gdn_backend);
+}
 
 inline std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) {
-  return info.param.precision + "_" + info.param.prompt;
+  return info.param.precision + "_" + info.param.prompt + (info.param.gdn_backend.empty() ? "" : "_" + info.param.gdn_backend);
 }
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
@@ -93,7 +97,25 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
     if (GetParam().device == "cuda") {
 #if DI_HAVE_CUDA
       if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
-      ops_ = std::make_unique<CudaOps>(testing::tiny_model().config, testing::tiny_model().weights);
+      const std::string& backend = GetParam().gdn_backend;
+      if (!backend.empty()) {
+        const cuda::DeviceInfo d = cuda::current_device();
+        const di_gdn_device device{d.sm_major, d.sm_minor, d.num_sms, d.shared_memory_per_block_optin};
+        const di_gdn_geometry geometry{int32_t(testing::tiny_model().config.linear_num_key_heads),
+                                       int32_t(testing::tiny_model().config.linear_num_value_heads),
+                                       int32_t(testing::tiny_model().config.linear_key_head_dim),
+                                       int32_t(testing::tiny_model().config.linear_value_head_dim)};
+        for (const di_gdn_prefill_backend* b : gdn::prefill_backends())
+          if (backend == b->name)
+            if (const gdn::Verdict v = gdn::ask(*b, geometry, device, DI_GDN_STATE_KV); !v.ok)
+              GTEST_SKIP() << "GDN backend " << backend << " does not run here: " << v.reason;
+      }
+      auto gpu = std::make_unique<CudaOps>(testing::tiny_model().config, testing::tiny_model().weights,
+                                           CudaOpsOptions{.gdn_prefill_backend = backend});
+      // A GDN backend with bf16 tensor-core operands rounds at other points than the float32 one:
+      // its own tolerance row (tolerance.h), whether forced or chosen by the production dispatch.
+      if (std::string(gpu->gdn_prefill_backend().name) == "sm90") tol_ = testing::kGoldenBf16LogitTensorCoreGdn;
+      ops_ = std::move(gpu);
 #else
       GTEST_SKIP() << "built without CUDA";
 #endif

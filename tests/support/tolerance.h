@@ -136,6 +136,13 @@
 //                                 logit errors are nearly uniform across the vocabulary (measured
 //                                 max 0.94 at the recorded positions, 1.25 at others; mean 0.15).
 //                                 Greedy tokens are then compared by agreement rate, not margin.
+//   kGoldenBf16LogitTensorCoreGdn 1.6 / 0.01  the same against the GPU engine whose GDN prefill is
+//                                 the sm90 kernel: its GDN outputs are within 1.5x of the float32
+//                                 baseline's error against the float64 oracle (mean 9.8e-6 against
+//                                 6.6e-6, the bf16 output rounding; states 5.7e-6 against 5.0e-6 max)
+//                                 but round at other points, so other bf16 flips spread through the
+//                                 8 layers: measured max 1.47 at the recorded positions (position 63
+//                                 of the long prompt; the baseline stays within 1.25).
 //
 // The report lists the count of failures, the worst element (index, actual, expected, error in
 // units of the allowed error) and the first few failing indices.
@@ -181,6 +188,7 @@ inline constexpr Tolerance kF32GdnTensorCoreState{4e-3, 2e-2, "f32-gdn-tensor-co
 inline constexpr Tolerance kBf16TwoGdnKernels{1e-5, 8e-3, "bf16-two-gdn-kernels"};
 inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
 inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};
+inline constexpr Tolerance kGoldenBf16LogitTensorCoreGdn{1.6, 0.01, "golden-bf16-logit-tensor-core-gdn"};
 
 struct CloseReport {
   int64_t count = 0;

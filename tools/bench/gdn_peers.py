@@ -37,6 +37,8 @@ usage: PYTHONPATH=<wheels dir> python3 tools/bench/gdn_peers.py --lib build-gpu/
            --out DIR [--quick] [--shapes GLOBS] [--kernels GLOBS] [--time-budget-s S]
        python3 tools/bench/gdn_peers.py --self-test         (oracle and ctypes checks; CPU is fine)
        python3 tools/bench/gdn_peers.py --dry-run --out DIR (oracle and HF fallback at a tiny shape)
+       PYTHONPATH=<wheels dir> MAX_JOBS=2 python3 tools/bench/gdn_peers.py --prebuild-flashinfer
+           --flashinfer-workspace .whl/flashinfer-cache  (FlashInfer's GDN module ahead of time, no GPU)
 """
 import argparse
 import ctypes
@@ -534,13 +536,77 @@ class _FlaPrepared(Prepared):
         self.results[i] = None
 
 
+# FlashInfer's JIT cache and the GDN prefill module in it (flashinfer/jit/env.py, jit/gdn.py, 0.6.13):
+# FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops/gdn_prefill_sm90/gdn_prefill_sm90.so,
+# <archs> being "90a" for FLASHINFER_CUDA_ARCH_LIST=9.0a or a single detected H100/H200.
+FI_GDN_MODULE = "gdn_prefill_sm90"
+FI_ARCH_LIST = "9.0a"
+
+
+def flashinfer_env(workspace):
+    """--flashinfer-workspace: FlashInfer reads these when it is first imported."""
+    os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(workspace)
+    # FlashInfer names the cache folder after its target archs, detected from the GPUs when unset:
+    # fixed, the folder is the same on a machine with no GPU (--prebuild-flashinfer) and on the H200.
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FI_ARCH_LIST)
+
+
+def flashinfer_use_prebuilt():
+    """Makes FlashInfer load the modules already built in its workspace as they are, without ninja.
+
+    FlashInfer 0.6.13 (flashinfer/jit/core.py, JitSpec.build_and_load) loads <FLASHINFER_AOT_DIR>/
+    <name>/<name>.so directly when that file exists; otherwise it rewrites build.ninja with this
+    machine's absolute paths (generated sources in the workspace, headers in site-packages) and runs
+    ninja, so a cache built in another folder or on another machine is recompiled whole, whatever
+    its files' mtimes. Its JIT folder (cached_ops) has the same <name>/<name>.so layout, and
+    FLASHINFER_AOT_DIR is a module attribute it reads at each load (jit/env.py asks for overriding
+    it that way), so pointing it at cached_ops makes every module built there load as prebuilt;
+    a module that is not there is JIT-built as before. Returns a note for the report."""
+    import hashlib
+    import flashinfer.jit.env as fi_env
+    so = fi_env.FLASHINFER_JIT_DIR / FI_GDN_MODULE / f"{FI_GDN_MODULE}.so"
+    if not so.exists():
+        return f"no prebuilt {so}: the GDN module is JIT-compiled on first use"
+    fi_env.FLASHINFER_AOT_DIR = fi_env.FLASHINFER_JIT_DIR
+    with open(so, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    return f"GDN module loaded prebuilt from {so} (sha256 {sha[:16]}, {so.stat().st_size} B)"
+
+
+def prebuild_flashinfer(workspace):
+    """--prebuild-flashinfer: compiles FlashInfer's SM90 GDN prefill module into the workspace on a
+    machine without a GPU (it needs nvcc, torch and the peer wheels; MAX_JOBS caps ninja's jobs),
+    then deletes what loading it does not need (objects, dependency files, ninja's log, the
+    generated sources, which FlashInfer writes again at each load), leaving the .so and build.ninja
+    (the exact compile commands)."""
+    flashinfer_env(workspace)
+    import flashinfer.jit.env as fi_env
+    from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
+    spec = gen_gdn_prefill_sm90_module()
+    if spec.name != FI_GDN_MODULE:
+        sys.exit(f"gdn_peers: FlashInfer names its GDN module {spec.name!r}, not {FI_GDN_MODULE!r}")
+    log(f"gdn_peers: building {spec.jit_library_path} ({len(spec.sources)} sources, MAX_JOBS="
+        f"{os.environ.get('MAX_JOBS', 'ninja default')})")
+    t0 = time.time()
+    spec.build(verbose=os.environ.get("FLASHINFER_JIT_VERBOSE", "0") == "1")
+    for name in os.listdir(spec.build_dir):
+        if name.endswith((".o", ".o.d")) or name in (".ninja_log", ".ninja_deps"):
+            os.remove(os.path.join(spec.build_dir, name))
+    shutil.rmtree(fi_env.FLASHINFER_GEN_SRC_DIR / FI_GDN_MODULE, ignore_errors=True)
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(workspace) for f in fs)
+    log(f"gdn_peers: built in {time.time() - t0:.0f} s; {spec.jit_library_path.stat().st_size} B .so, "
+        f"{total} B in {workspace}")
+    return 0
+
+
 class FlashInferKernel(Kernel):
     """FlashInfer chunk_gated_delta_rule: packed [T, H, D] + cu_seqlens (int64 on SM90), linear
     alpha = exp(g) f32, beta f32, state [N, Hv, V, K] f32, caller-provided output and state.
     0.6.13's SM90 path ignores use_qk_l2norm_in_kernel, so q/k are normalised (f32, rounded to
-    bf16) once per input set outside the timed call: its times exclude that pass."""
+    bf16) once per input set outside the timed call: its times exclude that pass. With a workspace
+    (--flashinfer-workspace), a GDN module prebuilt there is loaded without compiling."""
 
-    def __init__(self):
+    def __init__(self, workspace=None):
         self.name = "flashinfer"
         self.notes = ("q/k pre-normalised outside the timed call (0.6.13 ignores use_qk_l2norm_in_kernel on "
                       "SM90): its time excludes normalisation; g passed as linear alpha = exp(g)",)
@@ -549,6 +615,8 @@ class FlashInferKernel(Kernel):
             from flashinfer.gdn_prefill import chunk_gated_delta_rule
             self.fn = chunk_gated_delta_rule
             self.version = getattr(flashinfer, "__version__", None)
+            if workspace:
+                self.notes += (flashinfer_use_prebuilt(),)
         except Exception as exc:  # noqa: BLE001
             self.static_reason = f"flashinfer not importable: {_short(exc)}"
         else:
@@ -826,7 +894,8 @@ def build_kernels(args):
             k = Kernel()
             k.name, k.peer, k.static_reason = "deltainfer", False, "no --lib given"
             kernels.append(k)
-        kernels += [FlaKernel(False), FlaKernel(True), FlashInferKernel(), HfTorchKernel()]
+        kernels += [FlaKernel(False), FlaKernel(True), FlashInferKernel(args.flashinfer_workspace),
+                    HfTorchKernel()]
     if args.kernels:
         pats = args.kernels.split(",")
         kernels = [k for k in kernels if any(fnmatch.fnmatch(k.name, p) for p in pats)]
@@ -1137,13 +1206,15 @@ def print_summary(report, kernels):
 def main_run(args):
     start = time.time()
     deadline = start + args.time_budget_s
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and device.index is None:  # set_device wants an index
+        device = torch.device("cuda", 0)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not args.dry_run and device.type != "cuda":
         sys.exit("gdn_peers: a CUDA device is needed (or use --dry-run / --self-test)")
     if args.flashinfer_workspace:  # read when flashinfer is imported
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(args.flashinfer_workspace)
+        flashinfer_env(args.flashinfer_workspace)
     if shutil.which("ninja") is None:  # FlashInfer's JIT runs `ninja`; the wheel's copy will do
         try:
             import ninja
@@ -1352,7 +1423,11 @@ def main():
                     help="std of the random initial state (the recurrence settles at an rms of 0.07-0.24)")
     ap.add_argument("--no-graphs", action="store_true", help="time eager calls only")
     ap.add_argument("--device", help="torch device (default cuda, or cpu for --self-test)")
-    ap.add_argument("--flashinfer-workspace", help="FLASHINFER_WORKSPACE_BASE for its JIT cache (keep it out of --out)")
+    ap.add_argument("--flashinfer-workspace",
+                    help="FLASHINFER_WORKSPACE_BASE for its JIT cache (keep it out of --out); a GDN module "
+                         "prebuilt there is loaded without compiling")
+    ap.add_argument("--prebuild-flashinfer", action="store_true",
+                    help="compile FlashInfer's SM90 GDN module into --flashinfer-workspace (no GPU needed), then exit")
     ap.add_argument("--prepare-only", action="store_true", help="load every kernel and run one small shape (JIT warm-up)")
     ap.add_argument("--dry-run", action="store_true", help="oracle, HF fallback and fake kernels at tiny shapes")
     ap.add_argument("--self-test", action="store_true", help="check the oracle and the ctypes mirror, then exit")
@@ -1361,6 +1436,10 @@ def main():
         args.round_target_s = 0.05
     if args.self_test:
         sys.exit(self_test(args))
+    if args.prebuild_flashinfer:
+        if not args.flashinfer_workspace:
+            ap.error("--prebuild-flashinfer needs --flashinfer-workspace")
+        sys.exit(prebuild_flashinfer(args.flashinfer_workspace))
     if not args.out:
         ap.error("--out is required")
     with torch.no_grad():  # forward only: no autograd records (FLA's FlashQLA check reads this too)
