@@ -9,6 +9,16 @@ namespace di::gdn {
 
 constexpr int kGdnChunk = 64;
 
+// How the threads taking part in a shared step wait for each other: the whole block, or one named
+// barrier of `count` threads (a warpgroup of a warp-specialised kernel).
+struct BlockSync {
+  __device__ static void sync() { __syncthreads(); }
+};
+template <int id, int count>
+struct NamedSync {
+  __device__ static void sync() { asm volatile("bar.sync %0, %1;\n" ::"n"(id), "n"(count) : "memory"); }
+};
+
 // One warp reads the chunk's log decays g and betas (rows [t0, t0 + len) of value head `head`) and
 // writes, for each of the 64 rows r (rows past the chunk: g = 0, beta = 0):
 //   G[r] = cumsum(g)[r],  beta[r],  exp_G[r] = exp(G[r]),  tail[r] = exp(min(G[len - 1] - G[r], 0)).
@@ -103,7 +113,7 @@ __device__ __forceinline__ void merge_inverse_blocks(float* tmat, float* scratch
 // group, column group) owns a rows x 4 tile, reads each matrix element it needs once per tile (a
 // float4 of the right-hand matrix and `rows` scalars of the left one per k) and skips the zero
 // triangles: X = L_hl T_ll sums k >= c (T_ll lower triangular); T_hl = -T_hh X sums k <= r.
-template <int n, int threads, int stride>
+template <int n, int threads, int stride, typename Sync = BlockSync>
 __device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* scratch, int tid) {
   constexpr int pairs = kGdnChunk / (2 * n);
   constexpr int col_groups = n / 4;
@@ -127,7 +137,7 @@ __device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* s
 #pragma unroll
   for (int i = 0; i < rows; ++i)
     *reinterpret_cast<float4*>(x + (r0 + i) * n + c0) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-  __syncthreads();
+  Sync::sync();
 #pragma unroll
   for (int i = 0; i < rows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   for (int k = 0; k < r0 + rows; ++k) {  // T_hl = -T_hh · X (T_hh's zeros above the diagonal are stored)
@@ -143,7 +153,7 @@ __device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* s
   for (int i = 0; i < rows; ++i)
     *reinterpret_cast<float4*>(tmat + (hi + r0 + i) * stride + lo + c0) =
         make_float4(-acc[i][0], -acc[i][1], -acc[i][2], -acc[i][3]);
-  __syncthreads();
+  Sync::sync();
 }
 
 // (I + L)^-1 in place: diagonal blocks, then the merges 16 -> 32 -> 64. `scratch` holds 1024 floats.
@@ -160,12 +170,12 @@ __device__ __forceinline__ void invert_unit_lower(float* tmat, float* scratch, i
 namespace di::gdn {
 // The register-tiled variant of invert_unit_lower, for blocks of at most 128 threads (rows of 16-byte
 // aligned floats: stride % 4 == 0).
-template <int threads, int stride>
+template <int threads, int stride, typename Sync = BlockSync>
 __device__ __forceinline__ void invert_unit_lower_tiled(float* tmat, float* scratch, int tid) {
   static_assert(stride % 4 == 0, "float4 rows");
   invert_diagonal_blocks<stride>(tmat, tid);
-  __syncthreads();
-  merge_inverse_blocks_tiled<16, threads, stride>(tmat, scratch, tid);
-  merge_inverse_blocks_tiled<32, threads, stride>(tmat, scratch, tid);
+  Sync::sync();
+  merge_inverse_blocks_tiled<16, threads, stride, Sync>(tmat, scratch, tid);
+  merge_inverse_blocks_tiled<32, threads, stride, Sync>(tmat, scratch, tid);
 }
 }  // namespace di::gdn

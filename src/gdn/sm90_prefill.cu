@@ -10,31 +10,33 @@
 //   S      = exp(G_last) S0 + Kᵀ · W,   W = diag(exp(G_last - G)) Vnew
 // with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as row and column scalings.
 //
-// Design. One CTA = one warpgroup (128 threads) owns (sequence, value head, half of the 128 value
-// columns): it reads its [128, 64] state slice once, keeps it in f32 wgmma accumulators (two
-// m64n64 tiles, 64 registers per thread) for the whole sequence, and writes it once. Two CTAs fit an
-// SM (shared memory 109,056 bytes each, at most 255 registers per thread), so one CTA's serial chain
-// (the inverse, the chunk-to-chunk state dependency) overlaps the other's tensor-core work.
-// Per chunk (GEMM shapes M x N x contraction; every one an m64n64k16 sequence):
-//   gram      Q Kᵀ, K Kᵀ               64 x 64 x 128, both            -> P (bf16), L (f32) in shared memory
-//   K S, Q S  64 x 64 x 128, both, issued before the inverse and awaited after it (the inverse runs
-//             on the CUDA cores, register-tiled, while the tensor cores work)
-//   Vnew      Tinv X as hi/lo products   64 x 64 x 64 (three)
-//   output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
-//   state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
+// Design. One CTA of two warpgroups owns (sequence, value head, half of the 128 value columns).
+//   The auxiliary warpgroup runs one chunk ahead: it loads the chunk's Q, K, V (cp.async), its
+//   gates and inverse norms, forms the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of
+//   (I + L) in f32 (CUDA cores, register-tiled) and Tinv as bf16 hi + lo operands, into one of two
+//   stages, and signals the stage full (named barriers; it waits for the stage to be empty first).
+//   The state warpgroup keeps the [128, 64] f32 state slice in wgmma accumulators (two m64n64
+//   tiles, 64 registers per thread) for the whole sequence, reads it once and writes it once, and
+//   per chunk runs only what depends on the state:
+//     K S, Q S  64 x 64 x 128, both (the raw Kᵀ copy for the update is made while they run)
+//     Vnew      Tinv X as hi/lo products   64 x 64 x 64 (three)
+//     output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
+//     state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
+//   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
+//   Shared memory 196,608 bytes (two stages of 67,072; Sᵀ, X, Kᵀ, the f32 inverse): one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
 // input, exact. Sᵀ (for K S, Q S) and P are single bf16: with everything else single, splitting Sᵀ
 // changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
-// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). A P or Sᵀ split would cost one more
-// operand of shared memory each, and with it the second CTA per SM.
+// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An Sᵀ split (16 KiB more) would fit
+// beside the two stages; it doubles K S and Q S on the state warpgroup's chain.
 // Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh; those
-// made from registers are written there by the threads, then fenced for the async proxy. The next
-// chunk's Q and K are fetched with cp.async while the chunk's last products run, V once X's low part
-// (which borrows V's region) is consumed. No atomics, no scratch, no host synchronisation.
+// made from registers are written there by the threads, then fenced for the async proxy. Inside its
+// chunk the state warpgroup reuses the stage's V and Tinv regions for X's and Vnew's low parts and
+// W's. No atomics, no scratch, no host synchronisation.
 //
-// FLOP per chunk and CTA (tensor cores): gram 2.10 M, K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M,
+// FLOP per chunk and CTA (tensor cores): gram 2.10 M (auxiliary), K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M,
 // state 2.10 M: 8.9 MFLOP; per value head (2 CTAs) 17.8 MFLOP against the fused ideal of 10.5 MFLOP
 // (GDN_KERNELS.md 9.1): the two column halves each compute the Gram matrices and the inverse, and the
 // hi/lo splits add 5.2 MFLOP per head.
@@ -63,31 +65,51 @@ constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
 constexpr int kTileV = 64;             // value columns per CTA
 constexpr int kTilesPerHead = kHeadDim / kTileV;
-constexpr int kThreads = 128;          // one warpgroup
+constexpr int kWarpgroup = 128;        // threads of one warpgroup
+constexpr int kThreads = 2 * kWarpgroup;  // warpgroup 0: state; warpgroup 1: auxiliary (one chunk ahead)
 constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Tinv matrix
 
-// Shared memory (byte offsets; every region 128-byte aligned).
+// Shared memory (byte offsets; every region 128-byte aligned). The auxiliary warpgroup fills stage
+// b = chunk % 2 (the chunk's inputs and its gate-side products); the state warpgroup reads it and,
+// inside its chunk, reuses the stage's V, Tinv and P regions for its own operands.
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
 constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of the tile, row-major [64][64]
 constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // Sᵀ bf16: operand 64 (values) x 128 (keys)
-constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X then Vnew: 64 x 64
-constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv, then Kᵀ' (128 x 64 bf16)
+constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
+constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
+constexpr size_t kKtBytes = size_t(kHeadDim) * kChunk * 2;     // Kᵀ operand 128 x 64 (state only)
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
-constexpr size_t kOffQ = 0;
-constexpr size_t kOffK = kOffQ + kQkBytes;
-constexpr size_t kOffV = kOffK + kQkBytes;
-constexpr size_t kOffSt = kOffV + kVBytes;
-constexpr size_t kOffP = kOffSt + kStateOpBytes;
-constexpr size_t kOffTHi = kOffP + kMatOpBytes;
-constexpr size_t kOffTLo = kOffTHi + kMatOpBytes;
-constexpr size_t kOffX = kOffTLo + kMatOpBytes;
-constexpr size_t kOffInv = kOffX + kMatOpBytes;
-constexpr size_t kOffVec = kOffInv + kInvBytes;  // G, beta, exp(G), tail, 1/|q|, 1/|k|
-constexpr size_t kSmemBytes = kOffVec + 6 * kVecBytes;
-static_assert(kSmemBytes == 109056, "the shared memory budget the header comment documents");
-static_assert(kInvBytes >= size_t(kHeadDim) * kChunk * 2, "Kᵀ' reuses the inverse's region");
-static_assert(kMatOpBytes >= 1024 * sizeof(float), "X's region is the inverse's merge scratch");
-static_assert(kOffInv % 128 == 0 && kOffVec % 128 == 0, "aligned regions");
+// One stage.
+constexpr size_t kStQ = 0;
+constexpr size_t kStK = kStQ + kQkBytes;
+constexpr size_t kStV = kStK + kQkBytes;
+constexpr size_t kStP = kStV + kVBytes;
+constexpr size_t kStTHi = kStP + kMatOpBytes;
+constexpr size_t kStTLo = kStTHi + kMatOpBytes;
+constexpr size_t kStVec = kStTLo + kMatOpBytes;  // G, beta, exp(G), tail, 1/|q|, 1/|k|
+constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
+// The whole block.
+constexpr size_t kOffStage = 0;
+constexpr size_t kOffSt = kOffStage + 2 * kStageBytes;
+constexpr size_t kOffX = kOffSt + kStateOpBytes;
+constexpr size_t kOffKt = kOffX + kMatOpBytes;
+constexpr size_t kOffInv = kOffKt + kKtBytes;
+constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
+constexpr size_t kSmemBytes = kOffScratch + 1024 * sizeof(float);
+static_assert(kSmemBytes == 196608, "the shared memory budget the header comment documents");
+static_assert(kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0, "aligned regions");
+
+// Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
+// and "empty" (the state warpgroup is done with it); one per warpgroup for its own steps.
+constexpr int kBarFull0 = 1, kBarEmpty0 = 3, kBarState = 5, kBarAux = 6;
+using StateSync = NamedSync<kBarState, kWarpgroup>;
+using AuxSync = NamedSync<kBarAux, kWarpgroup>;
+__device__ __forceinline__ void bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
 
 __device__ __forceinline__ uint32_t u32_at(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ void store_bf16(unsigned char* base, uint32_t offset, float x) {
@@ -95,7 +117,8 @@ __device__ __forceinline__ void store_bf16(unsigned char* base, uint32_t offset,
 }
 
 // Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
-// rows past len are zeros. Thread tid copies 16-byte piece tid % 16 of rows tid / 16 + 8 e.
+// rows past len are zeros. Thread tid (of a warpgroup) copies 16-byte piece tid % 16 of rows
+// tid / 16 + 8 e.
 __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                               int head, int tid) {
   const int row0 = tid / 16, part = tid % 16;
@@ -139,44 +162,153 @@ __device__ __forceinline__ void write_state_operand(const float (&state)[2][32],
     for (int i = 0; i < 32; ++i) store_bf16(st_s, f.transposed_offset(i, kHeadDim, 64 * half), state[half][i]);
 }
 
-__global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args) {
+// The chunk's stage: the inputs and gate-side products the auxiliary warpgroup prepares.
+struct Stage {
+  unsigned char *q, *k, *v, *p, *t_hi, *t_lo;
+  float *G, *beta, *exp_G, *tail, *q_inv, *k_inv;
+  __device__ __forceinline__ explicit Stage(unsigned char* base)
+      : q(base + kStQ), k(base + kStK), v(base + kStV), p(base + kStP), t_hi(base + kStTHi), t_lo(base + kStTLo),
+        G(reinterpret_cast<float*>(base + kStVec)), beta(G + kChunk), exp_G(beta + kChunk), tail(exp_G + kChunk),
+        q_inv(tail + kChunk), k_inv(q_inv + kChunk) {}
+};
+
+// The auxiliary warpgroup's part of chunk `chunk` (t = its thread index 0..127): load Q, K, V, the
+// gates and the inverse norms into the stage; the Gram products; P (scale folded in) as an operand;
+// (I + L)^-1 in f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
+__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage& st, float* inv_s,
+                                              float* scratch, int64_t t0, int len, int head, int key_head, int v0,
+                                              int t) {
+  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
+  const wg::Fragment frag(t);
+  load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
+  load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
+  load_v_async(st.v, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
+  cp_async_commit();
+  if (t < 32) load_chunk_gates(args.g, args.beta, t0, len, Hv, head, t, st.G, st.beta, st.exp_G, st.tail);
+  cp_async_wait_all();
+  AuxSync::sync();
+
+  // Inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1: thread r < 64
+  // takes q row r, thread 64 + r k row r.
+  {
+    const unsigned char* tile = t < kChunk ? st.q : st.k;
+    const int r = t % kChunk;
+    float inv = 1.0f;
+    if ((args.flags & DI_GDN_QK_L2NORM) != 0) {
+      float sum = 0.f;
+      const unsigned char* row = tile + wg::operand_offset(r, 0, kHeadDim);
+#pragma unroll
+      for (int part = 0; part < kHeadDim / 8; ++part) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * wg::kCoreBytes);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
+          sum = fmaf(a, a, sum), sum = fmaf(b, b, sum);
+        }
+      }
+      inv = 1.0f / sqrtf(sum + 1e-6f);
+    }
+    (t < kChunk ? st.q_inv : st.k_inv)[r] = inv;
+  }
+  wg::fence_async_shared();  // the cp.async-written tiles, before wgmma reads them
+  AuxSync::sync();
+
+  // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L in f32 for the inverse.
+  {
+    float qk[32], kk[32];
+    zero(qk), zero(kk);
+    wg::wgmma_fence();
+    wg::mma_m64n64<kHeadDim>(qk, st.q, st.k, false);
+    wg::mma_m64n64<kHeadDim>(kk, st.k, st.k, false);
+    wg::wgmma_commit();
+    wg::wgmma_wait<0>();
+    wg::fence_registers(qk), wg::fence_registers(kk);
+    const float scale = args.scale;
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int r = frag.row(i), c = frag.col(i);
+      const float gr = st.G[r], qi = st.q_inv[r], ki = st.k_inv[r], br = st.beta[r];
+      float p[2], l[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int cc = c + e;
+        const float decay = cc <= r ? expf(fminf(gr - st.G[cc], 0.f)) : 0.f;  // mask, then exp
+        p[e] = cc <= r ? scale * decay * (qi * st.k_inv[cc]) * qk[i + e] : 0.f;
+        l[e] = cc < r ? br * decay * (ki * st.k_inv[cc]) * kk[i + e] : 0.f;
+      }
+      *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[0], p[1]);
+      *reinterpret_cast<float2*>(inv_s + r * kInvStride + c) = make_float2(l[0], l[1]);
+    }
+  }
+  AuxSync::sync();
+
+  invert_unit_lower_tiled<kWarpgroup, kInvStride, AuxSync>(inv_s, scratch, t);
+  // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 (t % 8) .. + 7 of rows
+  // t / 8 + 16 e.
+  {
+    const int r0 = t / 8, c = (t % 8) * 8;
+    const uint32_t dst = wg::operand_offset(r0, c, kChunk);
+#pragma unroll
+    for (int e = 0; e < kChunk / 16; ++e) {
+      const float* src = inv_s + (r0 + 16 * e) * kInvStride + c;
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 x = *reinterpret_cast<const float2*>(src + 2 * j);
+        const float hx = kernels::round_bf16(x.x), hy = kernels::round_bf16(x.y);
+        hi[j] = kernels::pack_bf16x2(hx, hy);
+        lo[j] = kernels::pack_bf16x2(x.x - hx, x.y - hy);
+      }
+      const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
+      *reinterpret_cast<uint4*>(st.t_hi + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(st.t_lo + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+  }
+  wg::fence_async_shared();
+  AuxSync::sync();  // every read of the f32 inverse is done before the next chunk's L lands there
+}
+
+__global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* const q_s = smem + kOffQ;
-  unsigned char* const k_s = smem + kOffK;
-  unsigned char* const v_s = smem + kOffV;
   unsigned char* const st_s = smem + kOffSt;
-  unsigned char* const p_s = smem + kOffP;
-  unsigned char* const t_hi_s = smem + kOffTHi;
-  unsigned char* const t_lo_s = smem + kOffTLo;
   unsigned char* const x_s = smem + kOffX;
+  unsigned char* const kt_s = smem + kOffKt;
   float* const inv_s = reinterpret_cast<float*>(smem + kOffInv);  // [64][kInvStride]
-  unsigned char* const kt_s = smem + kOffInv;                     // Kᵀ' operand 128 x 64, after the inverse
-  float* const G_s = reinterpret_cast<float*>(smem + kOffVec);
-  float* const beta_s = G_s + kChunk;
-  float* const expG_s = beta_s + kChunk;
-  float* const tail_s = expG_s + kChunk;
-  float* const q_inv_s = tail_s + kChunk;
-  float* const k_inv_s = q_inv_s + kChunk;
-  const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
+  float* const scratch = reinterpret_cast<float*>(smem + kOffScratch);
 
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const wg::Fragment frag(tid);
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
   const int tile = int(blockIdx.x % kTilesPerHead);
   const int head = int((blockIdx.x / kTilesPerHead) % Hv);
   const int seq = int(blockIdx.x / (uint32_t(kTilesPerHead) * uint32_t(Hv)));
   const int key_head = head / (Hv / Hk);
   const int v0 = tile * kTileV;
-
-  const bf16* const q = static_cast<const bf16*>(args.q);
-  const bf16* const k = static_cast<const bf16*>(args.k);
-  const bf16* const v = static_cast<const bf16*>(args.v);
-  bf16* const out = static_cast<bf16*>(args.out);
-
   const int64_t seq_begin = args.cu_seqlens[seq];
   const int64_t seq_len = args.cu_seqlens[seq + 1] - seq_begin;
   const int num_chunks = int((seq_len + kChunk - 1) / kChunk);
+  auto chunk_len = [&](int chunk) {
+    const int64_t remaining = seq_len - int64_t(chunk) * kChunk;
+    return int(remaining < kChunk ? remaining : kChunk);
+  };
+
+  if (threadIdx.x >= kWarpgroup) {
+    // ---- The auxiliary warpgroup: one chunk ahead, two stages.
+    const int t = int(threadIdx.x) - kWarpgroup;
+    for (int chunk = 0; chunk < num_chunks; ++chunk) {
+      const int b = chunk & 1;
+      if (chunk >= 2) bar_sync(kBarEmpty0 + b);  // the state warpgroup is done with chunk - 2
+      prepare_chunk(args, Stage(smem + kOffStage + b * kStageBytes), inv_s, scratch,
+                    seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head, key_head, v0, t);
+      bar_arrive(kBarFull0 + b);
+    }
+    return;
+  }
+
+  // ---- The state warpgroup.
+  const int tid = int(threadIdx.x);
+  const wg::Fragment frag(tid);
+  bf16* const out = static_cast<bf16*>(args.out);
   const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
   const int64_t state_base = (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
   const bool kv_layout = args.state_layout == DI_GDN_STATE_KV;
@@ -201,144 +333,28 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
     zero(state[0]), zero(state[1]);
   }
   write_state_operand(state, st_s, frag);
-
-  if (num_chunks > 0) {
-    const int len0 = int(seq_len < kChunk ? seq_len : kChunk);
-    load_qk_async(q_s, q, seq_begin, len0, Hk, key_head, tid);
-    load_qk_async(k_s, k, seq_begin, len0, Hk, key_head, tid);
-    load_v_async(v_s, v, seq_begin, len0, Hv, head, v0, tid);
-    cp_async_commit();
-  }
+  wg::fence_async_shared();
+  StateSync::sync();
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
+    const int b = chunk & 1;
+    const Stage st(smem + kOffStage + b * kStageBytes);
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
-    const int64_t remaining = seq_len - int64_t(chunk) * kChunk;
-    const int len = int(remaining < kChunk ? remaining : kChunk);
+    const int len = chunk_len(chunk);
+    bar_sync(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
 
-    // ---- gates; the chunk's Q, K, V have landed.
-    if (warp == 0) load_chunk_gates(args.g, args.beta, t0, len, Hv, head, lane, G_s, beta_s, expG_s, tail_s);
-    cp_async_wait_all();
-    __syncthreads();
-
-    // ---- inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1:
-    // thread r < 64 takes q row r, thread 64 + r k row r.
-    {
-      const unsigned char* tile = tid < kChunk ? q_s : k_s;
-      const int r = tid % kChunk;
-      float inv = 1.0f;
-      if (normalize_qk) {
-        float sum = 0.f;
-        const unsigned char* row = tile + wg::operand_offset(r, 0, kHeadDim);
-#pragma unroll
-        for (int part = 0; part < kHeadDim / 8; ++part) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(row + part * wg::kCoreBytes);
-          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
-            sum = fmaf(a, a, sum), sum = fmaf(b, b, sum);
-          }
-        }
-        inv = 1.0f / sqrtf(sum + 1e-6f);
-      }
-      (tid < kChunk ? q_inv_s : k_inv_s)[r] = inv;
-    }
-    wg::fence_async_shared();  // the cp.async-written tiles, before wgmma reads them
-    __syncthreads();
-
-    // ---- gram: Q Kᵀ and K Kᵀ.
-    {
-      float qk[32], kk[32];
-      zero(qk), zero(kk);
-      wg::wgmma_fence();
-      wg::mma_m64n64<kHeadDim>(qk, q_s, k_s, false);
-      wg::mma_m64n64<kHeadDim>(kk, k_s, k_s, false);
-      wg::wgmma_commit();
-      wg::wgmma_wait<0>();
-      wg::fence_registers(qk), wg::fence_registers(kk);
-      // P (scale folded in) as a bf16 operand [i][j]; L in f32 for the inverse. Pairs (i, j), (i, j + 1).
-      const float scale = args.scale;
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int r = frag.row(i), c = frag.col(i);
-        const float gr = G_s[r], qi = q_inv_s[r], ki = k_inv_s[r], br = beta_s[r];
-        float p[2], l[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int cc = c + e;
-          const float decay = cc <= r ? expf(fminf(gr - G_s[cc], 0.f)) : 0.f;  // mask, then exp
-          p[e] = cc <= r ? scale * decay * (qi * k_inv_s[cc]) * qk[i + e] : 0.f;
-          l[e] = cc < r ? br * decay * (ki * k_inv_s[cc]) * kk[i + e] : 0.f;
-        }
-        *reinterpret_cast<uint32_t*>(p_s + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[0], p[1]);
-        *reinterpret_cast<float2*>(inv_s + r * kInvStride + c) = make_float2(l[0], l[1]);
-      }
-    }
-    wg::fence_async_shared();
-    __syncthreads();
-
-    // ---- K S and Q S on the tensor cores while the CUDA cores invert (I + L).
+    // ---- K S and Q S.
     float ks[32], qs[32];
     zero(ks), zero(qs);
     wg::wgmma_fence();
-    wg::mma_m64n64<kHeadDim>(ks, k_s, st_s, false);
-    wg::mma_m64n64<kHeadDim>(qs, q_s, st_s, false);
+    wg::mma_m64n64<kHeadDim>(ks, st.k, st_s, false);
+    wg::mma_m64n64<kHeadDim>(qs, st.q, st_s, false);
     wg::wgmma_commit();
-
-    invert_unit_lower_tiled<kThreads, kInvStride>(inv_s, reinterpret_cast<float*>(x_s), tid);
-    // Tinv = hi + lo in bf16, as operands [i][j]: thread tid converts columns 8 (tid % 8) .. + 7 of
-    // rows tid / 8 + 16 e.
-    {
-      const int r0 = tid / 8, c = (tid % 8) * 8;
-      const uint32_t dst = wg::operand_offset(r0, c, kChunk);
-#pragma unroll
-      for (int e = 0; e < kChunk / 16; ++e) {
-        const float* src = inv_s + (r0 + 16 * e) * kInvStride + c;
-        uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 x = *reinterpret_cast<const float2*>(src + 2 * j);
-          const float hx = kernels::round_bf16(x.x), hy = kernels::round_bf16(x.y);
-          hi[j] = kernels::pack_bf16x2(hx, hy);
-          lo[j] = kernels::pack_bf16x2(x.x - hx, x.y - hy);
-        }
-        const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
-        *reinterpret_cast<uint4*>(t_hi_s + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4*>(t_lo_s + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      }
-    }
-    __syncthreads();  // every read of the f32 inverse is done: its region becomes Kᵀ'
-
-    wg::wgmma_wait<0>();
-    wg::fence_registers(ks), wg::fence_registers(qs);
-    // X = diag(beta) (V - D diag(1/|k|) K S) as an operand (value column, token), split into bf16
-    // hi (over X's region) + lo (over V's, once every thread holds its V values); the output starts
-    // as scale D diag(1/|q|) Q S.
-    {
-      uint32_t v_pairs[16];
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(v_s + (frag.row(i) * kTileV + frag.col(i)) * 2);
-      __syncthreads();  // every V read is done before V's region takes X's low part
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int r = frag.row(i);
-        const float b = beta_s[r], e = expG_s[r] * k_inv_s[r], o = args.scale * expG_s[r] * q_inv_s[r];
-        const float x[2] = {b * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
-                            b * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1])};
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float hi = kernels::round_bf16(x[j]);
-          store_bf16(x_s, frag.transposed_offset(i + j, kChunk), hi);
-          store_bf16(v_s, frag.transposed_offset(i + j, kChunk), x[j] - hi);
-        }
-        qs[i] *= o, qs[i + 1] *= o;
-      }
-    }
     // Kᵀ as an operand (key, token), a bit-exact copy of the raw rows (the decay and 1/|k| go into
-    // W): thread tid writes key row tid, tokens 8 e .. 8 e + 7 (one 16-byte run each). Token t of key
-    // tid sits in K's core-matrix row t / 8 (16 core matrices each), byte row t % 8.
+    // W), made while the products run: thread tid writes key row tid, tokens 8 e .. 8 e + 7. Token t
+    // of key tid sits in K's core-matrix row t / 8 (16 core matrices each), byte row t % 8.
     {
-      const unsigned char* k_col = k_s + wg::operand_offset(0, tid, kHeadDim);
+      const unsigned char* k_col = st.k + wg::operand_offset(0, tid, kHeadDim);
       unsigned char* kt_row = kt_s + wg::operand_offset(tid, 0, kChunk);
 #pragma unroll
       for (int e = 0; e < kChunk / 8; ++e) {
@@ -352,70 +368,83 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
         *reinterpret_cast<uint4*>(kt_row + e * wg::kCoreBytes) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
       }
     }
-    wg::fence_async_shared();
-    __syncthreads();
+    wg::wgmma_wait<0>();
+    wg::fence_registers(ks), wg::fence_registers(qs);
 
-    // Q and K of this chunk are no longer read: fetch the next chunk's (V's region holds X's and then
-    // Vnew's low part until the chunk's last products; the next V is fetched after them).
-    const int64_t next_remaining = remaining - kChunk;
-    const int next_len = int(next_remaining < kChunk ? next_remaining : kChunk);
-    if (chunk + 1 < num_chunks) {
-      load_qk_async(q_s, q, t0 + kChunk, next_len, Hk, key_head, tid);
-      load_qk_async(k_s, k, t0 + kChunk, next_len, Hk, key_head, tid);
-      cp_async_commit();
+    // X = diag(beta) (V - D diag(1/|k|) K S) as an operand (value column, token), split into bf16
+    // hi (over x_s) + lo (over the stage's V, once every thread holds its V values); the output
+    // starts as scale D diag(1/|q|) Q S.
+    {
+      uint32_t v_pairs[16];
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(st.v + (frag.row(i) * kTileV + frag.col(i)) * 2);
+      StateSync::sync();  // every V read is done before V's region takes X's low part
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int r = frag.row(i);
+        const float bt = st.beta[r], e = st.exp_G[r] * st.k_inv[r], o = args.scale * st.exp_G[r] * st.q_inv[r];
+        const float x[2] = {bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
+                            bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1])};
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float hi = kernels::round_bf16(x[j]);
+          store_bf16(x_s, frag.transposed_offset(i + j, kChunk), hi);
+          store_bf16(st.v, frag.transposed_offset(i + j, kChunk), x[j] - hi);
+        }
+        qs[i] *= o, qs[i + 1] *= o;
+      }
     }
+    wg::fence_async_shared();
+    StateSync::sync();
 
-    // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below
-    // f32 rounding). Then Vnew as hi (over Tinv_hi) + lo (over X_lo in V's region) for the output,
-    // and W = diag(exp(G_last - G) / |k|) Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state.
+    // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below f32
+    // rounding). Then Vnew as hi (over Tinv_hi) + lo (over X_lo), and W = diag(exp(G_last - G) / |k|)
+    // Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state.
     {
       float vnew[32];
       zero(vnew);
       wg::wgmma_fence();
-      wg::mma_m64n64<kChunk>(vnew, t_hi_s, x_s, false);
-      wg::mma_m64n64<kChunk>(vnew, t_lo_s, x_s, true);
-      wg::mma_m64n64<kChunk>(vnew, t_hi_s, v_s, true);
+      wg::mma_m64n64<kChunk>(vnew, st.t_hi, x_s, false);
+      wg::mma_m64n64<kChunk>(vnew, st.t_lo, x_s, true);
+      wg::mma_m64n64<kChunk>(vnew, st.t_hi, st.v, true);
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
       wg::fence_registers(vnew);
-      __syncthreads();  // every warp's products have read X and Tinv
+      StateSync::sync();  // every warp's products have read X and Tinv
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int r = frag.row(i);
         const uint32_t at = frag.transposed_offset(i, kChunk);
-        const float w = tail_s[r] * k_inv_s[r] * vnew[i], w_hi = kernels::round_bf16(w);
+        const float w = st.tail[r] * st.k_inv[r] * vnew[i], w_hi = kernels::round_bf16(w);
         const float vnew_hi = kernels::round_bf16(vnew[i]);
-        store_bf16(t_hi_s, at, vnew_hi);
-        store_bf16(v_s, at, vnew[i] - vnew_hi);
+        store_bf16(st.t_hi, at, vnew_hi);
+        store_bf16(st.v, at, vnew[i] - vnew_hi);
         store_bf16(x_s, at, w_hi);
-        store_bf16(t_lo_s, at, w - w_hi);
+        store_bf16(st.t_lo, at, w - w_hi);
       }
     }
     wg::fence_async_shared();
-    __syncthreads();
+    StateSync::sync();
 
-    // ---- output O = (scaled Q S) + P Vnew; state S = exp(G_last) S + Kᵀ' Vnew.
-    const float chunk_decay = expG_s[len - 1];
+    // ---- output O = (scaled Q S) + P Vnew; state S = exp(G_last) S + Kᵀ W.
+    const float chunk_decay = st.exp_G[len - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; ++i) state[half][i] *= chunk_decay;
     wg::wgmma_fence();
     const unsigned char* kt_hi_half = kt_s + wg::operand_offset(64, 0, kChunk);  // key rows 64 .. 127
-    wg::mma_m64n64<kChunk>(qs, p_s, t_hi_s, true);          // P Vnew_hi
-    wg::mma_m64n64<kChunk>(qs, p_s, v_s, true);             // P Vnew_lo
-    wg::mma_m64n64<kChunk>(state[0], kt_s, x_s, true);        // Kᵀ W_hi
+    wg::mma_m64n64<kChunk>(qs, st.p, st.t_hi, true);       // P Vnew_hi
+    wg::mma_m64n64<kChunk>(qs, st.p, st.v, true);          // P Vnew_lo
+    wg::mma_m64n64<kChunk>(state[0], kt_s, x_s, true);     // Kᵀ W_hi
     wg::mma_m64n64<kChunk>(state[1], kt_hi_half, x_s, true);
-    wg::mma_m64n64<kChunk>(state[0], kt_s, t_lo_s, true);     // Kᵀ W_lo
-    wg::mma_m64n64<kChunk>(state[1], kt_hi_half, t_lo_s, true);
+    wg::mma_m64n64<kChunk>(state[0], kt_s, st.t_lo, true);  // Kᵀ W_lo
+    wg::mma_m64n64<kChunk>(state[1], kt_hi_half, st.t_lo, true);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
-    __syncthreads();  // every warp's products have read Vnew_lo: V's region takes the next chunk's V
-    if (chunk + 1 < num_chunks) {
-      load_v_async(v_s, v, t0 + kChunk, next_len, Hv, head, v0, tid);
-      cp_async_commit();
-    }
+    StateSync::sync();  // every warp's products are done with the stage, Kᵀ and Sᵀ
+    if (chunk + 2 < num_chunks) bar_arrive(kBarEmpty0 + b);  // the stage may take chunk + 2
 
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
@@ -424,9 +453,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_sm90_prefill_kernel(const di_
       *reinterpret_cast<uint32_t*>(out + ((t0 + r) * Hv + head) * kHeadDim + v0 + frag.col(i)) =
           kernels::pack_bf16x2(qs[i], qs[i + 1]);
     }
-    __syncthreads();  // the next chunk rewrites the gate vectors and reuses the regions read above
-    if (chunk + 1 < num_chunks) write_state_operand(state, st_s, frag);
-    wg::fence_async_shared();
+    if (chunk + 1 < num_chunks) {
+      write_state_operand(state, st_s, frag);
+      wg::fence_async_shared();
+      StateSync::sync();
+    }
   }
 
   if (args.final_state != nullptr && slot >= 0) {
