@@ -580,6 +580,8 @@ def prebuild_flashinfer(workspace):
     generated sources, which FlashInfer writes again at each load), leaving the .so and build.ninja
     (the exact compile commands)."""
     flashinfer_env(workspace)
+    # FlashInfer compiles with -O0 -g when FLASHINFER_JIT_DEBUG, or else FLASHINFER_JIT_VERBOSE, is 1.
+    os.environ["FLASHINFER_JIT_DEBUG"] = "0"
     import flashinfer.jit.env as fi_env
     from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
     spec = gen_gdn_prefill_sm90_module()
@@ -588,7 +590,7 @@ def prebuild_flashinfer(workspace):
     log(f"gdn_peers: building {spec.jit_library_path} ({len(spec.sources)} sources, MAX_JOBS="
         f"{os.environ.get('MAX_JOBS', 'ninja default')})")
     t0 = time.time()
-    spec.build(verbose=os.environ.get("FLASHINFER_JIT_VERBOSE", "0") == "1")
+    spec.build(verbose=True)  # ninja's progress on stdout
     for name in os.listdir(spec.build_dir):
         if name.endswith((".o", ".o.d")) or name in (".ninja_log", ".ninja_deps"):
             os.remove(os.path.join(spec.build_dir, name))
