@@ -843,7 +843,9 @@ def lock_reason(peer):
 def provenance(args, di_info):
     prov = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "argv": sys.argv[1:],
+        # The output folder is where this run wrote, not what produced it: only its last component.
+        "argv": [os.path.basename(a.rstrip("/")) if i > 0 and sys.argv[1:][i - 1] == "--out" else a
+                 for i, a in enumerate(sys.argv[1:])],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
