@@ -6,6 +6,7 @@
 set -uo pipefail
 build=$1 logs=$2 backend=$3 heads=$4
 shift 4
+mkdir -p "$logs"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 [ -n "$ncu" ] || { echo "ncu not found" >&2; exit 1; }
 for shape in "$@"; do

@@ -18,21 +18,23 @@
 //   The state warpgroup keeps the [128, 64] f32 state slice in wgmma accumulators (two m64n64
 //   tiles, 64 registers per thread) for the whole sequence, reads it once and writes it once, and
 //   per chunk runs only what depends on the state:
-//     K S, Q S  64 x 64 x 128, both (the raw Kᵀ copy for the update is made while they run)
+//     K S, Q S  64 x 64 x 128, both
 //     Vnew      Tinv X as hi/lo products   64 x 64 x 64 (three)
 //     output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
 //     state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
-//   Shared memory 196,608 bytes (two stages of 67,072; Sᵀ, X, Kᵀ, the f32 inverse): one CTA per SM.
+//   Shared memory 180,224 bytes (two stages of 67,072; S, X, the f32 inverse): one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
-// input, exact. Sᵀ (for K S, Q S) and P are single bf16: with everything else single, splitting Sᵀ
+// input, exact. S (for K S, Q S) and P are single bf16: with everything else single, splitting S
 // changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
-// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An Sᵀ split (16 KiB more) would fit
+// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split (16 KiB more) would fit
 // beside the two stages; it doubles K S and Q S on the state warpgroup's chain.
-// Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh; those
-// made from registers are written there by the threads, then fenced for the async proxy. Inside its
+// Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh. Those the
+// state warpgroup makes from its accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
+// the rows) are stored as they lie, bf16 pairs, and read MN-major; Kᵀ for the state update is the
+// stage's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside its
 // chunk the state warpgroup reuses the stage's V and Tinv regions for X's and Vnew's low parts and
 // W's. No atomics, no scratch, no host synchronisation.
 //
@@ -74,10 +76,9 @@ constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Ti
 // inside its chunk, reuses the stage's V, Tinv and P regions for its own operands.
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
 constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of the tile, row-major [64][64]
-constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // Sᵀ bf16: operand 64 (values) x 128 (keys)
+constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // S bf16: [128 keys][64 values], read MN-major
 constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
 constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
-constexpr size_t kKtBytes = size_t(kHeadDim) * kChunk * 2;     // Kᵀ operand 128 x 64 (state only)
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
 // One stage.
 constexpr size_t kStQ = 0;
@@ -92,11 +93,10 @@ constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 constexpr size_t kOffStage = 0;
 constexpr size_t kOffSt = kOffStage + 2 * kStageBytes;
 constexpr size_t kOffX = kOffSt + kStateOpBytes;
-constexpr size_t kOffKt = kOffX + kMatOpBytes;
-constexpr size_t kOffInv = kOffKt + kKtBytes;
+constexpr size_t kOffInv = kOffX + kMatOpBytes;
 constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
 constexpr size_t kSmemBytes = kOffScratch + 1024 * sizeof(float);
-static_assert(kSmemBytes == 196608, "the shared memory budget the header comment documents");
+static_assert(kSmemBytes == 180224, "the shared memory budget the header comment documents");
 static_assert(kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0, "aligned regions");
 
 // Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
@@ -112,8 +112,15 @@ __device__ __forceinline__ void bar_sync(int id) {
 }
 
 __device__ __forceinline__ uint32_t u32_at(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ __forceinline__ void store_bf16(unsigned char* base, uint32_t offset, float x) {
-  *reinterpret_cast<bf16*>(base + offset) = __float2bfloat16_rn(x);
+__device__ __forceinline__ void store_pair(unsigned char* base, uint32_t offset, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(base + offset) = kernels::pack_bf16x2(lo, hi);
+}
+// x as bf16 hi + lo pairs: x = hi + lo to ~16 bits.
+__device__ __forceinline__ void store_split_pair(unsigned char* hi_base, unsigned char* lo_base, uint32_t offset,
+                                                 float x0, float x1) {
+  const float h0 = kernels::round_bf16(x0), h1 = kernels::round_bf16(x1);
+  store_pair(hi_base, offset, h0, h1);
+  store_pair(lo_base, offset, x0 - h0, x1 - h1);
 }
 
 // Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
@@ -123,12 +130,12 @@ __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* s
                                               int head, int tid) {
   const int row0 = tid / 16, part = tid % 16;
   unsigned char* dst = tile + wg::operand_offset(row0, part * 8, kHeadDim);
+  const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + part * 8;
+  const int64_t step = int64_t(8) * heads * kHeadDim;  // 8 rows further
 #pragma unroll
   for (int e = 0; e < kChunk / 8; ++e) {
-    const int row = row0 + 8 * e;  // 8 rows further = one core-matrix row of the tile further
-    const bool valid = row < len;
-    const bf16* from = valid ? src + ((t0 + row) * heads + head) * kHeadDim + part * 8 : src;
-    cp_async_16(dst + e * (kHeadDim / 8) * wg::kCoreBytes, from, valid ? 16 : 0);
+    const bool valid = row0 + 8 * e < len;  // 8 rows further = one core-matrix row of the tile further
+    cp_async_16(dst + e * (kHeadDim / 8) * wg::kCoreBytes, valid ? from + e * step : src, valid ? 16 : 0);
   }
 }
 
@@ -137,12 +144,13 @@ __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* s
 __device__ __forceinline__ void load_v_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                              int head, int v0, int tid) {
   const int row0 = tid / 8, part = tid % 8;
+  const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + v0 + part * 8;
+  const int64_t step = int64_t(16) * heads * kHeadDim;  // 16 rows further
 #pragma unroll
   for (int e = 0; e < kChunk / 16; ++e) {
     const int row = row0 + 16 * e;
     const bool valid = row < len;
-    const bf16* from = valid ? src + ((t0 + row) * heads + head) * kHeadDim + v0 + part * 8 : src;
-    cp_async_16(tile + (row * kTileV + part * 8) * 2, from, valid ? 16 : 0);
+    cp_async_16(tile + (row * kTileV + part * 8) * 2, valid ? from + e * step : src, valid ? 16 : 0);
   }
 }
 
@@ -152,14 +160,16 @@ __device__ __forceinline__ void zero(float (&d)[n]) {
   for (int i = 0; i < n; ++i) d[i] = 0.f;
 }
 
-// Sᵀ in bf16 for the next K S and Q S: operand element (value column c, key row k). (A hi + lo split
-// of S was measured to change no error statistic: X and W dominate, see the header.)
+// S in bf16 for the next K S and Q S, as a [128 keys][64 values] tile (the B operand, MN-major): the
+// accumulators' own layout, stored as bf16 pairs. (A hi + lo split of S was measured to change no
+// error statistic: X and W dominate, see the header.)
 __device__ __forceinline__ void write_state_operand(const float (&state)[2][32], unsigned char* st_s,
                                                     const wg::Fragment& f) {
 #pragma unroll
   for (int half = 0; half < 2; ++half)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) store_bf16(st_s, f.transposed_offset(i, kHeadDim, 64 * half), state[half][i]);
+    for (int i = 0; i < 32; i += 2)
+      store_pair(st_s, f.direct_offset(i, kTileV, 64 * half), state[half][i], state[half][i + 1]);
 }
 
 // The chunk's stage: the inputs and gate-side products the auxiliary warpgroup prepares.
@@ -224,21 +234,42 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
-    const float scale = args.scale;
+    // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. A warp's
+    // rows are 16 w .. 16 w + 15, so column groups j > 2 w + 1 lie wholly above the diagonal: zeros,
+    // without the arithmetic. The decays use __expf (relative error ~1e-6 for |G_r - G_c| < 10,
+    // far below the bf16 rounding of P; L's entries decay with it).
+    const int warp = t / 32;
+    float p_row[2], l_row[2], G_row[2];
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int r = frag.row(i), c = frag.col(i);
-      const float gr = st.G[r], qi = st.q_inv[r], ki = st.k_inv[r], br = st.beta[r];
-      float p[2], l[2];
+    for (int h = 0; h < 2; ++h) {
+      const int r = frag.row0 + 8 * h;
+      G_row[h] = st.G[r], p_row[h] = args.scale * st.q_inv[r], l_row[h] = st.beta[r] * st.k_inv[r];
+    }
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int cc = c + e;
-        const float decay = cc <= r ? expf(fminf(gr - st.G[cc], 0.f)) : 0.f;  // mask, then exp
-        p[e] = cc <= r ? scale * decay * (qi * st.k_inv[cc]) * qk[i + e] : 0.f;
-        l[e] = cc < r ? br * decay * (ki * st.k_inv[cc]) * kk[i + e] : 0.f;
+    for (int j = 0; j < kChunk / 8; ++j) {
+      const int c = 8 * j + frag.col0;
+      float p[2][2] = {}, l[2][2] = {};
+      if (j <= 2 * warp + 1) {
+        const float2 G_col = *reinterpret_cast<const float2*>(st.G + c);
+        const float2 k_col = *reinterpret_cast<const float2*>(st.k_inv + c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = frag.row0 + 8 * h, i = 4 * j + 2 * h;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int cc = c + e;
+            const float decay = __expf(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f)) * (e ? k_col.y : k_col.x);
+            p[h][e] = cc <= r ? p_row[h] * decay * qk[i + e] : 0.f;
+            l[h][e] = cc < r ? l_row[h] * decay * kk[i + e] : 0.f;
+          }
+        }
       }
-      *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[0], p[1]);
-      *reinterpret_cast<float2*>(inv_s + r * kInvStride + c) = make_float2(l[0], l[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 4 * j + 2 * h;
+        *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[h][0], p[h][1]);
+        *reinterpret_cast<float2*>(inv_s + (frag.row0 + 8 * h) * kInvStride + c) = make_float2(l[h][0], l[h][1]);
+      }
     }
   }
   AuxSync::sync();
@@ -274,7 +305,6 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* const st_s = smem + kOffSt;
   unsigned char* const x_s = smem + kOffX;
-  unsigned char* const kt_s = smem + kOffKt;
   float* const inv_s = reinterpret_cast<float*>(smem + kOffInv);  // [64][kInvStride]
   float* const scratch = reinterpret_cast<float*>(smem + kOffScratch);
 
@@ -343,37 +373,20 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     const int len = chunk_len(chunk);
     bar_sync(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
 
-    // ---- K S and Q S.
+    // ---- K S and Q S (S read as the MN-major [keys][values] tile).
     float ks[32], qs[32];
     zero(ks), zero(qs);
+    const auto state_op = wg::mn_major(st_s, kTileV);
     wg::wgmma_fence();
-    wg::mma_m64n64<kHeadDim>(ks, st.k, st_s, false);
-    wg::mma_m64n64<kHeadDim>(qs, st.q, st_s, false);
+    wg::mma<kHeadDim>(ks, wg::k_major(st.k, kHeadDim), state_op, false);
+    wg::mma<kHeadDim>(qs, wg::k_major(st.q, kHeadDim), state_op, false);
     wg::wgmma_commit();
-    // Kᵀ as an operand (key, token), a bit-exact copy of the raw rows (the decay and 1/|k| go into
-    // W), made while the products run: thread tid writes key row tid, tokens 8 e .. 8 e + 7. Token t
-    // of key tid sits in K's core-matrix row t / 8 (16 core matrices each), byte row t % 8.
-    {
-      const unsigned char* k_col = st.k + wg::operand_offset(0, tid, kHeadDim);
-      unsigned char* kt_row = kt_s + wg::operand_offset(tid, 0, kChunk);
-#pragma unroll
-      for (int e = 0; e < kChunk / 8; ++e) {
-        uint32_t packed[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const unsigned char* at = k_col + e * 16 * wg::kCoreBytes + (2 * j) * 16;
-          packed[j] = uint32_t(*reinterpret_cast<const uint16_t*>(at)) |
-                      (uint32_t(*reinterpret_cast<const uint16_t*>(at + 16)) << 16);
-        }
-        *reinterpret_cast<uint4*>(kt_row + e * wg::kCoreBytes) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      }
-    }
     wg::wgmma_wait<0>();
     wg::fence_registers(ks), wg::fence_registers(qs);
 
-    // X = diag(beta) (V - D diag(1/|k|) K S) as an operand (value column, token), split into bf16
-    // hi (over x_s) + lo (over the stage's V, once every thread holds its V values); the output
-    // starts as scale D diag(1/|q|) Q S.
+    // X = diag(beta) (V - D diag(1/|k|) K S) as a [tokens][values] tile, split into bf16 hi (over x_s)
+    // + lo (over the stage's V, once every thread holds its V values); the output starts as
+    // scale D diag(1/|q|) Q S.
     {
       uint32_t v_pairs[16];
 #pragma unroll
@@ -383,14 +396,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
       for (int i = 0; i < 32; i += 2) {
         const int r = frag.row(i);
         const float bt = st.beta[r], e = st.exp_G[r] * st.k_inv[r], o = args.scale * st.exp_G[r] * st.q_inv[r];
-        const float x[2] = {bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
-                            bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1])};
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float hi = kernels::round_bf16(x[j]);
-          store_bf16(x_s, frag.transposed_offset(i + j, kChunk), hi);
-          store_bf16(st.v, frag.transposed_offset(i + j, kChunk), x[j] - hi);
-        }
+        store_split_pair(x_s, st.v, frag.direct_offset(i, kTileV), bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
+                         bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1]));
         qs[i] *= o, qs[i + 1] *= o;
       }
     }
@@ -399,51 +406,52 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
 
     // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below f32
     // rounding). Then Vnew as hi (over Tinv_hi) + lo (over X_lo), and W = diag(exp(G_last - G) / |k|)
-    // Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state.
+    // Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state, all [tokens][values] tiles.
     {
       float vnew[32];
       zero(vnew);
+      const auto t_hi = wg::k_major(st.t_hi, kChunk);
       wg::wgmma_fence();
-      wg::mma_m64n64<kChunk>(vnew, st.t_hi, x_s, false);
-      wg::mma_m64n64<kChunk>(vnew, st.t_lo, x_s, true);
-      wg::mma_m64n64<kChunk>(vnew, st.t_hi, st.v, true);
+      wg::mma<kChunk>(vnew, t_hi, wg::mn_major(x_s, kTileV), false);
+      wg::mma<kChunk>(vnew, wg::k_major(st.t_lo, kChunk), wg::mn_major(x_s, kTileV), true);
+      wg::mma<kChunk>(vnew, t_hi, wg::mn_major(st.v, kTileV), true);
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
       wg::fence_registers(vnew);
       StateSync::sync();  // every warp's products have read X and Tinv
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < 32; i += 2) {
         const int r = frag.row(i);
-        const uint32_t at = frag.transposed_offset(i, kChunk);
-        const float w = st.tail[r] * st.k_inv[r] * vnew[i], w_hi = kernels::round_bf16(w);
-        const float vnew_hi = kernels::round_bf16(vnew[i]);
-        store_bf16(st.t_hi, at, vnew_hi);
-        store_bf16(st.v, at, vnew[i] - vnew_hi);
-        store_bf16(x_s, at, w_hi);
-        store_bf16(st.t_lo, at, w - w_hi);
+        const uint32_t at = frag.direct_offset(i, kTileV);
+        const float w_scale = st.tail[r] * st.k_inv[r];
+        store_split_pair(st.t_hi, st.v, at, vnew[i], vnew[i + 1]);
+        store_split_pair(x_s, st.t_lo, at, w_scale * vnew[i], w_scale * vnew[i + 1]);
       }
     }
     wg::fence_async_shared();
     StateSync::sync();
 
-    // ---- output O = (scaled Q S) + P Vnew; state S = exp(G_last) S + Kᵀ W.
+    // ---- output O = (scaled Q S) + P Vnew; state S = exp(G_last) S + Kᵀ W, Kᵀ read straight from the
+    // stage's K tile as an MN-major operand (keys 64 .. 127 from column 64 on).
     const float chunk_decay = st.exp_G[len - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; ++i) state[half][i] *= chunk_decay;
+    const auto p_op = wg::k_major(st.p, kChunk);
+    const auto kt_lo = wg::mn_major(st.k, kHeadDim), kt_hi = wg::mn_major(st.k + wg::operand_offset(0, 64, kHeadDim), kHeadDim);
+    const auto w_hi = wg::mn_major(x_s, kTileV), w_lo = wg::mn_major(st.t_lo, kTileV);
     wg::wgmma_fence();
-    const unsigned char* kt_hi_half = kt_s + wg::operand_offset(64, 0, kChunk);  // key rows 64 .. 127
-    wg::mma_m64n64<kChunk>(qs, st.p, st.t_hi, true);       // P Vnew_hi
-    wg::mma_m64n64<kChunk>(qs, st.p, st.v, true);          // P Vnew_lo
-    wg::mma_m64n64<kChunk>(state[0], kt_s, x_s, true);     // Kᵀ W_hi
-    wg::mma_m64n64<kChunk>(state[1], kt_hi_half, x_s, true);
-    wg::mma_m64n64<kChunk>(state[0], kt_s, st.t_lo, true);  // Kᵀ W_lo
-    wg::mma_m64n64<kChunk>(state[1], kt_hi_half, st.t_lo, true);
+    wg::mma<kChunk>(qs, p_op, wg::mn_major(st.t_hi, kTileV), true);  // P Vnew_hi
+    wg::mma<kChunk>(qs, p_op, wg::mn_major(st.v, kTileV), true);     // P Vnew_lo
+    wg::mma<kChunk>(state[0], kt_lo, w_hi, true);                    // Kᵀ W_hi
+    wg::mma<kChunk>(state[1], kt_hi, w_hi, true);
+    wg::mma<kChunk>(state[0], kt_lo, w_lo, true);                    // Kᵀ W_lo
+    wg::mma<kChunk>(state[1], kt_hi, w_lo, true);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
-    StateSync::sync();  // every warp's products are done with the stage, Kᵀ and Sᵀ
+    StateSync::sync();  // every warp's products are done with the stage and S
     if (chunk + 2 < num_chunks) bar_arrive(kBarEmpty0 + b);  // the stage may take chunk + 2
 
 #pragma unroll

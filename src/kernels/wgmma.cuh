@@ -11,6 +11,14 @@
 // offset (next 8 rows) is Kd * 16. A k16 step advances the start address by 256 bytes; rows 64..127
 // of a 128-row operand start 8 * Kd * 16 bytes further.
 //
+// MN-major operands (bf16 only, the wgmma "transpose" bit): the same bytes read the other way. A
+// tile stored as [Kd][W] in the layout above (operand_offset(k, n, W)) is the operand whose element
+// (n, k) sits at (k, n): core matrices are 8 contraction rows of 8 contiguous M/N elements, the
+// next 8 M/N elements 128 bytes further (stride byte offset), the next 8 contraction rows W * 16
+// bytes further (leading byte offset); a k16 step is W * 32 bytes. So an accumulator that is D[k][n]
+// becomes a B operand by direct, packed stores (no transposition in registers), and a loaded K tile
+// [tokens][keys] is Kᵀ as an A operand without a copy (keys 64..127 start 1024 bytes further).
+//
 // Accumulator fragment (m64nNk16, f32): thread t of the warpgroup (warp w = t / 32, lane l) holds
 // d[4 j + 2 h + e] = D[16 w + l / 4 + 8 h][8 j + 2 (l % 4) + e]  for j < N / 8, h, e in {0, 1}.
 //
@@ -29,14 +37,32 @@ __device__ __forceinline__ constexpr uint32_t operand_offset(int r, int k, int k
   return uint32_t(((r >> 3) * (kd >> 3) + (k >> 3)) * kCoreBytes + (r & 7) * 16 + (k & 7) * 2);
 }
 
-// The 64-bit shared memory matrix descriptor: start address, leading byte offset (along K), stride
-// byte offset (along M/N), each in 16-byte units; swizzle mode 0 (none).
-__device__ __forceinline__ uint64_t descriptor(const void* smem, int kd) {
+// The 64-bit shared memory matrix descriptor: start address, leading byte offset, stride byte
+// offset, each in 16-byte units; swizzle mode 0 (none).
+__device__ __forceinline__ uint64_t descriptor(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint64_t start = (address >> 4) & 0x3fff;
-  const uint64_t leading = (kCoreBytes >> 4) & 0x3fff;
-  const uint64_t stride = ((kd * 16) >> 4) & 0x3fff;
+  const uint64_t leading = (leading_bytes >> 4) & 0x3fff;
+  const uint64_t stride = (stride_bytes >> 4) & 0x3fff;
   return start | (leading << 16) | (stride << 32);
+}
+__device__ __forceinline__ uint64_t descriptor(const void* smem, int kd) {
+  return descriptor(smem, kCoreBytes, uint32_t(kd) * 16);
+}
+
+// An operand as wgmma reads it: the descriptor of its first k16 step, the descriptor increment to the
+// next one (16-byte units), and whether it is MN-major (an immediate of the instruction).
+template <bool mn_major_>
+struct Operand {
+  static constexpr bool mn_major = mn_major_;
+  uint64_t desc;
+  uint32_t step;
+};
+// A K-major tile [rows][kd].
+__device__ __forceinline__ Operand<false> k_major(const void* tile, int kd) { return {descriptor(tile, kd), 16}; }
+// An MN-major tile stored as [kd][width] (width elements per contraction row).
+__device__ __forceinline__ Operand<true> mn_major(const void* tile, int width) {
+  return {descriptor(tile, uint32_t(width) * 16, kCoreBytes), uint32_t(width) * 2};
 }
 
 __device__ __forceinline__ void fence_async_shared() {
@@ -56,8 +82,9 @@ __device__ __forceinline__ void fence_registers(float (&d)[n]) {
   for (int i = 0; i < n; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d (+)= A B for one m64n64k16 step, bf16 operands from shared memory, f32 accumulators.
-// accumulate == false ignores d's old values (D = A B).
+// d (+)= A B for one m64n64k16 step, bf16 operands from shared memory, f32 accumulators, A and/or B
+// MN-major when trans_a / trans_b. accumulate == false ignores d's old values (D = A B).
+template <bool trans_a = false, bool trans_b = false>
 __device__ __forceinline__ void mma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n"
@@ -66,25 +93,27 @@ __device__ __forceinline__ void mma_m64n64k16(float (&d)[32], uint64_t desc_a, u
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n"
+      "%32, %33, p, 1, 1, %35, %36;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(trans_a)), "n"(int(trans_b)));
 }
 
-// D (+)= A B over a whole contraction of kd elements: A is 64 x kd at a, B is 64 x kd at b (both
-// in the layout above). Issues kd / 16 wgmmas; the caller commits and waits.
+// D (+)= A B over a whole contraction of kd elements (kd / 16 wgmmas; the caller commits and waits).
+template <int kd, bool ta, bool tb>
+__device__ __forceinline__ void mma(float (&d)[32], Operand<ta> a, Operand<tb> b, bool accumulate) {
+#pragma unroll
+  for (int s = 0; s < kd / 16; ++s)
+    mma_m64n64k16<ta, tb>(d, a.desc + uint64_t(s) * a.step, b.desc + uint64_t(s) * b.step, accumulate || s > 0);
+}
+
+// The same with A 64 x kd at a and B 64 x kd at b, both K-major.
 template <int kd>
 __device__ __forceinline__ void mma_m64n64(float (&d)[32], const void* a, const void* b, bool accumulate) {
-  const uint64_t desc_a = descriptor(a, kd), desc_b = descriptor(b, kd);
-#pragma unroll
-  for (int s = 0; s < kd / 16; ++s) {
-    // +256 bytes per k16 step: 16 bytes of address per descriptor unit.
-    mma_m64n64k16(d, desc_a + uint64_t(s * 16), desc_b + uint64_t(s * 16), accumulate || s > 0);
-  }
+  mma<kd>(d, k_major(a, kd), k_major(b, kd), accumulate);
 }
 
 // Fragment coordinates of accumulator element i for this thread (see the header comment), and the

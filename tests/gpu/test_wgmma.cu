@@ -22,23 +22,33 @@ namespace wg = wgmma;
 using di::testing::seed_trace;
 
 // D = A Bᵀ for row-major A [64][kd] and B [64][kd] (bf16), D row-major [64][64] f32. One warpgroup.
-template <int kd>
+// K-major operands are stored as [64][kd] tiles; an MN-major A as rows 64..127 of a [kd][128] tile
+// (the sm90 kernel's Kᵀ read from its K tile), an MN-major B as a [kd][64] tile.
+template <int kd, bool a_mn, bool b_mn>
 __global__ void gemm_abt_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d, int accumulate_twice) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __shared__ __align__(128) unsigned char a_s[64 * kd * 2];
+  __shared__ __align__(128) unsigned char a_s[(a_mn ? 128 : 64) * kd * 2];
   __shared__ __align__(128) unsigned char b_s[64 * kd * 2];
   for (int e = threadIdx.x; e < 64 * kd; e += blockDim.x) {
     const int r = e / kd, k = e % kd;
-    *reinterpret_cast<__nv_bfloat16*>(a_s + wg::operand_offset(r, k, kd)) = a[e];
-    *reinterpret_cast<__nv_bfloat16*>(b_s + wg::operand_offset(r, k, kd)) = b[e];
+    *reinterpret_cast<__nv_bfloat16*>(a_s + (a_mn ? wg::operand_offset(k, 64 + r, 128) : wg::operand_offset(r, k, kd))) = a[e];
+    *reinterpret_cast<__nv_bfloat16*>(b_s + (b_mn ? wg::operand_offset(k, r, 64) : wg::operand_offset(r, k, kd))) = b[e];
   }
   wg::fence_async_shared();
   __syncthreads();
   float acc[32];
   for (float& x : acc) x = 0.f;
+  const auto op_a = [&] {
+    if constexpr (a_mn) return wg::mn_major(a_s + wg::operand_offset(0, 64, 128), 128);
+    else return wg::k_major(a_s, kd);
+  }();
+  const auto op_b = [&] {
+    if constexpr (b_mn) return wg::mn_major(b_s, 64);
+    else return wg::k_major(b_s, kd);
+  }();
   wg::wgmma_fence();
-  wg::mma_m64n64<kd>(acc, a_s, b_s, false);
-  if (accumulate_twice) wg::mma_m64n64<kd>(acc, a_s, b_s, true);
+  wg::mma<kd>(acc, op_a, op_b, false);
+  if (accumulate_twice) wg::mma<kd>(acc, op_a, op_b, true);
   wg::wgmma_commit();
   wg::wgmma_wait<0>();
   wg::fence_registers(acc);
@@ -66,22 +76,24 @@ bool is_hopper() {
 
 class Wgmma : public di::testing::SeededGpuTest<std::mt19937> {};
 
-TEST_F(Wgmma, ProductMatchesHostGemm) {
-  if (!is_hopper()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
-  SCOPED_TRACE(seed_trace(seed_));
+// One product per operand layout against a host GEMM of the same bf16 values.
+template <int kd, bool a_mn, bool b_mn>
+void check_product(std::mt19937& rng, cudaStream_t stream) {
+  SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A " << (a_mn ? "MN" : "K") << "-major, B "
+                                    << (b_mn ? "MN" : "K") << "-major");
   std::normal_distribution<float> normal(0.f, 1.f);
   for (int twice : {0, 1}) {
-    constexpr int kd = 128;
     std::vector<uint16_t> a(64 * kd), b(64 * kd);
-    for (auto& x : a) x = f32_to_bf16(normal(rng_));
-    for (auto& x : b) x = f32_to_bf16(normal(rng_));
+    for (auto& x : a) x = f32_to_bf16(normal(rng));
+    for (auto& x : b) x = f32_to_bf16(normal(rng));
     cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
     cuda::DeviceBuffer<float> dd(64 * 64);
     dd.fill_bytes(0xFF);
-    gemm_abt_kernel<kd><<<1, 128, 0, stream_>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
-                                                 reinterpret_cast<const __nv_bfloat16*>(db.data()), dd.data(), twice);
+    gemm_abt_kernel<kd, a_mn, b_mn><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                                                           reinterpret_cast<const __nv_bfloat16*>(db.data()),
+                                                           dd.data(), twice);
     DI_CUDA_CHECK(cudaGetLastError());
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> d = dd.download();
     int bad = 0;
     for (int i = 0; i < 64; ++i)
@@ -95,6 +107,22 @@ TEST_F(Wgmma, ProductMatchesHostGemm) {
       }
     EXPECT_EQ(bad, 0);
   }
+}
+
+TEST_F(Wgmma, ProductMatchesHostGemm) {
+  if (!is_hopper()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+  SCOPED_TRACE(seed_trace(seed_));
+  check_product<128, false, false>(rng_, stream_);
+  check_product<64, false, false>(rng_, stream_);
+}
+
+TEST_F(Wgmma, MnMajorOperandsMatchHostGemm) {
+  if (!is_hopper()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+  SCOPED_TRACE(seed_trace(seed_));
+  check_product<128, false, true>(rng_, stream_);  // K S: the state as a [keys][values] tile
+  check_product<64, false, true>(rng_, stream_);   // Tinv X, P Vnew
+  check_product<64, true, true>(rng_, stream_);    // Kᵀ W, Kᵀ read from the [tokens][keys] K tile
+  check_product<64, true, false>(rng_, stream_);
 }
 
 TEST_F(Wgmma, FragmentOffsetsFollowTheLayout) {
