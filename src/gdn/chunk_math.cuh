@@ -19,18 +19,13 @@ struct NamedSync {
   __device__ static void sync() { asm volatile("bar.sync %0, %1;\n" ::"n"(id), "n"(count) : "memory"); }
 };
 
-// One warp reads the chunk's log decays g and betas (rows [t0, t0 + len) of value head `head`) and
-// writes, for each of the 64 rows r (rows past the chunk: g = 0, beta = 0):
+// One warp turns the chunk's log decays g and betas (rows past the chunk: g = 0, beta = 0) into, for
+// each of the 64 rows r:
 //   G[r] = cumsum(g)[r],  beta[r],  exp_G[r] = exp(G[r]),  tail[r] = exp(min(G[len - 1] - G[r], 0)).
-// Lane l takes rows 2 l and 2 l + 1.
-__device__ __forceinline__ void load_chunk_gates(const float* g, const float* beta, int64_t t0, int len, int heads,
-                                                 int head, int lane, float* G_s, float* beta_s, float* exp_G_s,
-                                                 float* tail_s) {
+// Lane l takes rows 2 l and 2 l + 1 (g0, g1, b0, b1 are its rows' values).
+__device__ __forceinline__ void chunk_gates(float g0, float g1, float b0, float b1, int len, int lane, float* G_s,
+                                            float* beta_s, float* exp_G_s, float* tail_s) {
   const int r0 = 2 * lane, r1 = r0 + 1;
-  const float g0 = r0 < len ? g[(t0 + r0) * heads + head] : 0.f;
-  const float g1 = r1 < len ? g[(t0 + r1) * heads + head] : 0.f;
-  const float b0 = r0 < len ? beta[(t0 + r0) * heads + head] : 0.f;
-  const float b1 = r1 < len ? beta[(t0 + r1) * heads + head] : 0.f;
   // Inclusive scan of the pair sums over the lanes, then G_r0 = (sum before this lane) + g0.
   float scan = g0 + g1;
 #pragma unroll
@@ -48,6 +43,18 @@ __device__ __forceinline__ void load_chunk_gates(const float* g, const float* be
   beta_s[r0] = b0, beta_s[r1] = b1;
   exp_G_s[r0] = expf(G0), exp_G_s[r1] = expf(G1);
   tail_s[r0] = expf(fminf(G_last - G0, 0.f)), tail_s[r1] = expf(fminf(G_last - G1, 0.f));
+}
+
+// The same, reading rows [t0, t0 + len) of value head `head` from g and beta ([T, heads] f32).
+__device__ __forceinline__ void load_chunk_gates(const float* g, const float* beta, int64_t t0, int len, int heads,
+                                                 int head, int lane, float* G_s, float* beta_s, float* exp_G_s,
+                                                 float* tail_s) {
+  const int r0 = 2 * lane, r1 = r0 + 1;
+  const float g0 = r0 < len ? g[(t0 + r0) * heads + head] : 0.f;
+  const float g1 = r1 < len ? g[(t0 + r1) * heads + head] : 0.f;
+  const float b0 = r0 < len ? beta[(t0 + r0) * heads + head] : 0.f;
+  const float b1 = r1 < len ? beta[(t0 + r1) * heads + head] : 0.f;
+  chunk_gates(g0, g1, b0, b1, len, lane, G_s, beta_s, exp_G_s, tail_s);
 }
 
 // The four 16x16 diagonal blocks of (I + L)^-1, in place in `tmat` (64 x 64 floats, row stride

@@ -11,10 +11,11 @@
 // with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as row and column scalings.
 //
 // Design. One CTA of two warpgroups owns (sequence, value head, half of the 128 value columns).
-//   The auxiliary warpgroup runs one chunk ahead: it loads the chunk's Q, K, V (cp.async), its
-//   gates and inverse norms, forms the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of
-//   (I + L) in f32 (CUDA cores, register-tiled) and Tinv as bf16 hi + lo operands, into one of two
-//   stages, and signals the stage full (named barriers; it waits for the stage to be empty first).
+//   The auxiliary warpgroup runs one chunk ahead, and issues the loads (cp.async) of Q, K, V and
+//   the gates one chunk further ahead. It computes the gates and inverse norms, the Gram products
+//   Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (CUDA cores, register-tiled) and
+//   Tinv as bf16 hi + lo operands, into one of two stages, and signals the stage full (named
+//   barriers; it waits for the stage to be empty first).
 //   The state warpgroup keeps the [128, 64] f32 state slice in wgmma accumulators (two m64n64
 //   tiles, 64 registers per thread) for the whole sequence, reads it once and writes it once, and
 //   per chunk runs only what depends on the state:
@@ -23,7 +24,8 @@
 //     output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
 //     state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
-//   Shared memory 180,224 bytes (two stages of 67,072; S, X, the f32 inverse): one CTA per SM.
+//   Shared memory 222,720 bytes (three input slots of 41,472, two stages of 26,112; S, X, the f32
+//   inverse): one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
@@ -71,33 +73,41 @@ constexpr int kWarpgroup = 128;        // threads of one warpgroup
 constexpr int kThreads = 2 * kWarpgroup;  // warpgroup 0: state; warpgroup 1: auxiliary (one chunk ahead)
 constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Tinv matrix
 
-// Shared memory (byte offsets; every region 128-byte aligned). The auxiliary warpgroup fills stage
-// b = chunk % 2 (the chunk's inputs and its gate-side products); the state warpgroup reads it and,
-// inside its chunk, reuses the stage's V, Tinv and P regions for its own operands.
+// Shared memory (byte offsets; every region 128-byte aligned). Chunk c's inputs (Q, K, V and the raw
+// gates, cp.async) land in input slot c % 3, issued by the auxiliary warpgroup while it prepares
+// chunk c - 1, so their latency hides behind that work; its gate-side products go to stage c % 2. The
+// state warpgroup reads both and, inside its chunk, reuses the slot's V and the stage's Tinv regions
+// for its own operands.
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
 constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of the tile, row-major [64][64]
 constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // S bf16: [128 keys][64 values], read MN-major
 constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
 constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
+constexpr int kInputSlots = 3, kStages = 2;
+// One input slot.
+constexpr size_t kInQ = 0;
+constexpr size_t kInK = kInQ + kQkBytes;
+constexpr size_t kInV = kInK + kQkBytes;
+constexpr size_t kInGates = kInV + kVBytes;  // raw g, raw beta (zeros past the chunk)
+constexpr size_t kInputBytes = kInGates + 2 * kVecBytes;
 // One stage.
-constexpr size_t kStQ = 0;
-constexpr size_t kStK = kStQ + kQkBytes;
-constexpr size_t kStV = kStK + kQkBytes;
-constexpr size_t kStP = kStV + kVBytes;
+constexpr size_t kStP = 0;
 constexpr size_t kStTHi = kStP + kMatOpBytes;
 constexpr size_t kStTLo = kStTHi + kMatOpBytes;
 constexpr size_t kStVec = kStTLo + kMatOpBytes;  // G, beta, exp(G), tail, 1/|q|, 1/|k|
 constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 // The whole block.
-constexpr size_t kOffStage = 0;
-constexpr size_t kOffSt = kOffStage + 2 * kStageBytes;
+constexpr size_t kOffInput = 0;
+constexpr size_t kOffStage = kOffInput + kInputSlots * kInputBytes;
+constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;
 constexpr size_t kOffX = kOffSt + kStateOpBytes;
 constexpr size_t kOffInv = kOffX + kMatOpBytes;
 constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
 constexpr size_t kSmemBytes = kOffScratch + 1024 * sizeof(float);
-static_assert(kSmemBytes == 180224, "the shared memory budget the header comment documents");
-static_assert(kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0, "aligned regions");
+static_assert(kSmemBytes == 222720, "the shared memory budget the header comment documents");
+static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0,
+              "aligned regions");
 
 // Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
 // and "empty" (the state warpgroup is done with it); one per warpgroup for its own steps.
@@ -172,31 +182,49 @@ __device__ __forceinline__ void write_state_operand(const float (&state)[2][32],
       store_pair(st_s, f.direct_offset(i, kTileV, 64 * half), state[half][i], state[half][i + 1]);
 }
 
-// The chunk's stage: the inputs and gate-side products the auxiliary warpgroup prepares.
+// Chunk c's shared memory: its input slot and its stage.
 struct Stage {
   unsigned char *q, *k, *v, *p, *t_hi, *t_lo;
-  float *G, *beta, *exp_G, *tail, *q_inv, *k_inv;
-  __device__ __forceinline__ explicit Stage(unsigned char* base)
-      : q(base + kStQ), k(base + kStK), v(base + kStV), p(base + kStP), t_hi(base + kStTHi), t_lo(base + kStTLo),
-        G(reinterpret_cast<float*>(base + kStVec)), beta(G + kChunk), exp_G(beta + kChunk), tail(exp_G + kChunk),
-        q_inv(tail + kChunk), k_inv(q_inv + kChunk) {}
+  float *g_raw, *beta_raw, *G, *beta, *exp_G, *tail, *q_inv, *k_inv;
+  __device__ __forceinline__ Stage(unsigned char* smem, int chunk)
+      : q(input(smem, chunk) + kInQ), k(input(smem, chunk) + kInK), v(input(smem, chunk) + kInV),
+        p(stage(smem, chunk) + kStP), t_hi(stage(smem, chunk) + kStTHi), t_lo(stage(smem, chunk) + kStTLo),
+        g_raw(reinterpret_cast<float*>(input(smem, chunk) + kInGates)), beta_raw(g_raw + kChunk),
+        G(reinterpret_cast<float*>(stage(smem, chunk) + kStVec)), beta(G + kChunk), exp_G(beta + kChunk),
+        tail(exp_G + kChunk), q_inv(tail + kChunk), k_inv(q_inv + kChunk) {}
+  __device__ __forceinline__ static unsigned char* input(unsigned char* smem, int chunk) {
+    return smem + kOffInput + (chunk % kInputSlots) * kInputBytes;
+  }
+  __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int chunk) {
+    return smem + kOffStage + (chunk % kStages) * kStageBytes;
+  }
 };
 
-// The auxiliary warpgroup's part of chunk `chunk` (t = its thread index 0..127): load Q, K, V, the
-// gates and the inverse norms into the stage; the Gram products; P (scale folded in) as an operand;
-// (I + L)^-1 in f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
-__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage& st, float* inv_s,
-                                              float* scratch, int64_t t0, int len, int head, int key_head, int v0,
-                                              int t) {
+// Issues (one cp.async group per thread) the loads of a chunk's inputs into its slot: Q, K, V, and g
+// and beta (thread t < 64 row t of g, t >= 64 row t - 64 of beta; zeros past len).
+__device__ __forceinline__ void load_chunk_inputs(const di_gdn_prefill_args& args, const Stage& st, int64_t t0,
+                                                  int len, int head, int key_head, int v0, int t) {
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  const wg::Fragment frag(t);
   load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
   load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
   load_v_async(st.v, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
+  const int r = t % kChunk;
+  const float* src = t < kChunk ? args.g : args.beta;
+  const bool valid = r < len;
+  kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
+                      valid ? 4 : 0);
   cp_async_commit();
-  if (t < 32) load_chunk_gates(args.g, args.beta, t0, len, Hv, head, t, st.G, st.beta, st.exp_G, st.tail);
-  cp_async_wait_all();
-  AuxSync::sync();
+}
+
+// The auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
+// gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
+// f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
+__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage& st, float* inv_s,
+                                              float* scratch, int len, int t) {
+  const wg::Fragment frag(t);
+  if (t < 32)
+    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
+                st.beta, st.exp_G, st.tail);
 
   // Inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1: thread r < 64
   // takes q row r, thread 64 + r k row r.
@@ -323,14 +351,25 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
   };
 
   if (threadIdx.x >= kWarpgroup) {
-    // ---- The auxiliary warpgroup: one chunk ahead, two stages.
+    // ---- The auxiliary warpgroup: one chunk ahead, two stages; the inputs one more chunk ahead.
     const int t = int(threadIdx.x) - kWarpgroup;
+    auto load = [&](int chunk) {
+      load_chunk_inputs(args, Stage(smem, chunk), seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head,
+                        key_head, v0, t);
+    };
+    if (num_chunks > 0) load(0);
     for (int chunk = 0; chunk < num_chunks; ++chunk) {
-      const int b = chunk & 1;
-      if (chunk >= 2) bar_sync(kBarEmpty0 + b);  // the state warpgroup is done with chunk - 2
-      prepare_chunk(args, Stage(smem + kOffStage + b * kStageBytes), inv_s, scratch,
-                    seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head, key_head, v0, t);
-      bar_arrive(kBarFull0 + b);
+      // The state warpgroup is done with chunk - 2: its stage, and its input slot, which chunk + 1 takes.
+      if (chunk >= 2) bar_sync(kBarEmpty0 + (chunk & 1));
+      if (chunk + 1 < num_chunks) {
+        load(chunk + 1);
+        kernels::cp_async_wait_group<1>();  // this chunk's group has landed, the next one may still fly
+      } else {
+        cp_async_wait_all();
+      }
+      AuxSync::sync();
+      prepare_chunk(args, Stage(smem, chunk), inv_s, scratch, chunk_len(chunk), t);
+      bar_arrive(kBarFull0 + (chunk & 1));
     }
     return;
   }
@@ -368,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int b = chunk & 1;
-    const Stage st(smem + kOffStage + b * kStageBytes);
+    const Stage st(smem, chunk);
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
     bar_sync(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
