@@ -128,9 +128,10 @@ __device__ __forceinline__ void store_pair(unsigned char* base, uint32_t offset,
 // x as bf16 hi + lo pairs: x = hi + lo to ~16 bits.
 __device__ __forceinline__ void store_split_pair(unsigned char* hi_base, unsigned char* lo_base, uint32_t offset,
                                                  float x0, float x1) {
-  const float h0 = kernels::round_bf16(x0), h1 = kernels::round_bf16(x1);
-  store_pair(hi_base, offset, h0, h1);
-  store_pair(lo_base, offset, x0 - h0, x1 - h1);
+  uint32_t hi, lo;
+  kernels::split_bf16x2(x0, x1, hi, lo);
+  *reinterpret_cast<uint32_t*>(hi_base + offset) = hi;
+  *reinterpret_cast<uint32_t*>(lo_base + offset) = lo;
 }
 
 // Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
@@ -150,7 +151,9 @@ __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* s
 }
 
 // Rows [t0, t0 + len) of the tile's 64 value columns ([T, heads, 128] bf16, from column v0) into a
-// row-major [64][64] tile. Thread tid copies piece tid % 8 of rows tid / 8 + 16 e.
+// [64 tokens][64 values] tile in the operand layout (so that the state warpgroup's fragment reads are
+// free of bank conflicts, and X and Vnew can take its place). Thread tid copies piece tid % 8 of rows
+// tid / 8 + 16 e.
 __device__ __forceinline__ void load_v_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                              int head, int v0, int tid) {
   const int row0 = tid / 8, part = tid % 8;
@@ -160,7 +163,7 @@ __device__ __forceinline__ void load_v_async(unsigned char* tile, const bf16* sr
   for (int e = 0; e < kChunk / 16; ++e) {
     const int row = row0 + 16 * e;
     const bool valid = row < len;
-    cp_async_16(tile + (row * kTileV + part * 8) * 2, valid ? from + e * step : src, valid ? 16 : 0);
+    cp_async_16(tile + wg::operand_offset(row, part * 8, kTileV), valid ? from + e * step : src, valid ? 16 : 0);
   }
 }
 
@@ -200,28 +203,43 @@ struct Stage {
   }
 };
 
-// Issues (one cp.async group per thread) the loads of a chunk's inputs into its slot: Q, K, V, and g
-// and beta (thread t < 64 row t of g, t >= 64 row t - 64 of beta; zeros past len).
-__device__ __forceinline__ void load_chunk_inputs(const di_gdn_prefill_args& args, const Stage& st, int64_t t0,
-                                                  int len, int head, int key_head, int v0, int t) {
-  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
-  load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
-  load_v_async(st.v, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
-  const int r = t % kChunk;
-  const float* src = t < kChunk ? args.g : args.beta;
-  const bool valid = r < len;
-  kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
-                      valid ? 4 : 0);
-  cp_async_commit();
-}
+// The loads (cp.async) of one chunk's inputs into its slot, in three parts that the auxiliary
+// warpgroup issues at three points of the previous chunk's work (a burst of all twenty 16-byte copies
+// per thread stalls on the load queue): Q; K; V and g, beta (thread t < 64 row t of g, t >= 64 row
+// t - 64 of beta; zeros past len), then the commit of the chunk's group.
+struct ChunkLoads {
+  const di_gdn_prefill_args& args;
+  Stage st;
+  int64_t t0;
+  int len, head, key_head, v0, t;
+  bool active;  // false past the last chunk: nothing to load
+  __device__ __forceinline__ void issue(int part) const {
+    if (!active) return;
+    const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
+    if (part == 0) {
+      load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
+    } else if (part == 1) {
+      load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
+    } else {
+      load_v_async(st.v, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
+      const int r = t % kChunk;
+      const float* src = t < kChunk ? args.g : args.beta;
+      const bool valid = r < len;
+      kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
+                          valid ? 4 : 0);
+      cp_async_commit();
+    }
+  }
+};
 
 // The auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
-// f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
+// f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma. Issues the next
+// chunk's loads on the way.
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage& st, float* inv_s,
-                                              float* scratch, int len, int t) {
+                                              float* scratch, int len, int t, const ChunkLoads& next) {
   const wg::Fragment frag(t);
+  next.issue(0);
   if (t < 32)
     chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
                 st.beta, st.exp_G, st.tail);
@@ -251,6 +269,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   }
   wg::fence_async_shared();  // the cp.async-written tiles, before wgmma reads them
   AuxSync::sync();
+  next.issue(1);
 
   // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L in f32 for the inverse.
   {
@@ -260,6 +279,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::mma_m64n64<kHeadDim>(qk, st.q, st.k, false);
     wg::mma_m64n64<kHeadDim>(kk, st.k, st.k, false);
     wg::wgmma_commit();
+    next.issue(2);
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
     // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. A warp's
@@ -311,14 +331,10 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
     for (int e = 0; e < kChunk / 16; ++e) {
       const float* src = inv_s + (r0 + 16 * e) * kInvStride + c;
+      const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
       uint32_t hi[4], lo[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 x = *reinterpret_cast<const float2*>(src + 2 * j);
-        const float hx = kernels::round_bf16(x.x), hy = kernels::round_bf16(x.y);
-        hi[j] = kernels::pack_bf16x2(hx, hy);
-        lo[j] = kernels::pack_bf16x2(x.x - hx, x.y - hy);
-      }
+      kernels::split_bf16x2(x0.x, x0.y, hi[0], lo[0]), kernels::split_bf16x2(x0.z, x0.w, hi[1], lo[1]);
+      kernels::split_bf16x2(x1.x, x1.y, hi[2], lo[2]), kernels::split_bf16x2(x1.z, x1.w, hi[3], lo[3]);
       const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
       *reinterpret_cast<uint4*>(st.t_hi + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(st.t_lo + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
@@ -353,22 +369,18 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
   if (threadIdx.x >= kWarpgroup) {
     // ---- The auxiliary warpgroup: one chunk ahead, two stages; the inputs one more chunk ahead.
     const int t = int(threadIdx.x) - kWarpgroup;
-    auto load = [&](int chunk) {
-      load_chunk_inputs(args, Stage(smem, chunk), seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head,
-                        key_head, v0, t);
+    auto loads = [&](int chunk) {
+      return ChunkLoads{args, Stage(smem, chunk), seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head,
+                        key_head, v0, t, chunk < num_chunks};
     };
-    if (num_chunks > 0) load(0);
+    const ChunkLoads first = loads(0);
+    for (int part = 0; part < 3; ++part) first.issue(part);
     for (int chunk = 0; chunk < num_chunks; ++chunk) {
       // The state warpgroup is done with chunk - 2: its stage, and its input slot, which chunk + 1 takes.
       if (chunk >= 2) bar_sync(kBarEmpty0 + (chunk & 1));
-      if (chunk + 1 < num_chunks) {
-        load(chunk + 1);
-        kernels::cp_async_wait_group<1>();  // this chunk's group has landed, the next one may still fly
-      } else {
-        cp_async_wait_all();
-      }
+      cp_async_wait_all();  // this chunk's inputs (the only group in flight)
       AuxSync::sync();
-      prepare_chunk(args, Stage(smem, chunk), inv_s, scratch, chunk_len(chunk), t);
+      prepare_chunk(args, Stage(smem, chunk), inv_s, scratch, chunk_len(chunk), t, loads(chunk + 1));
       bar_arrive(kBarFull0 + (chunk & 1));
     }
     return;
@@ -429,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     {
       uint32_t v_pairs[16];
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(st.v + (frag.row(i) * kTileV + frag.col(i)) * 2);
+      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(st.v + frag.direct_offset(i, kTileV));
       StateSync::sync();  // every V read is done before V's region takes X's low part
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {

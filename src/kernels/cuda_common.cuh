@@ -24,9 +24,13 @@ __device__ __forceinline__ void load_bf16x4(const bf16* p, float (&x)[4]) {
   x[0] = bf16_lo(raw.x), x[1] = bf16_hi(raw.x), x[2] = bf16_lo(raw.y), x[3] = bf16_hi(raw.y);
 }
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
-  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
-  return l | (h << 16);
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);  // one cvt.rn.bf16x2.f32
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+// (x0, x1) as a bf16 pair hi plus the pair lo of what hi leaves, x ~ hi + lo to ~16 bits.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(x0, x1);
+  lo = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
 }
 
 // 16 bytes global -> shared, asynchronously; src_bytes == 0 writes zeros (rows past the sequence).
