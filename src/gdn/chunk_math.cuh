@@ -117,9 +117,11 @@ __device__ __forceinline__ void merge_inverse_blocks(float* tmat, float* scratch
 }
 
 // The same merges with register tiles, for blocks of `threads` <= pairs n n / 4: thread (pair, row
-// group, column group) owns a rows x 4 tile, reads each matrix element it needs once per tile (a
-// float4 of the right-hand matrix and `rows` scalars of the left one per k) and skips the zero
-// triangles: X = L_hl T_ll sums k >= c (T_ll lower triangular); T_hl = -T_hh X sums k <= r.
+// group, column group) owns a rows x 4 tile and reads each matrix element it needs once per tile (a
+// float4 of the right-hand matrix and `rows` scalars of the left one per k). The sums run over all n
+// terms, the zeros stored above T's diagonal included, so that they unroll completely and the
+// shared loads issue ahead of the FMAs (with few warps, a loop that stops at the triangle's edge
+// waits on one load per step); the added terms are exact zeros.
 template <int n, int threads, int stride, typename Sync = BlockSync>
 __device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* scratch, int tid) {
   constexpr int pairs = kGdnChunk / (2 * n);
@@ -131,7 +133,8 @@ __device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* s
   float acc[rows][4];
 #pragma unroll
   for (int i = 0; i < rows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  for (int k = c0; k < n; ++k) {  // X = L_hl · T_ll
+#pragma unroll
+  for (int k = 0; k < n; ++k) {  // X = L_hl · T_ll
     const float4 t = *reinterpret_cast<const float4*>(tmat + (lo + k) * stride + lo + c0);
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
@@ -147,7 +150,8 @@ __device__ __forceinline__ void merge_inverse_blocks_tiled(float* tmat, float* s
   Sync::sync();
 #pragma unroll
   for (int i = 0; i < rows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  for (int k = 0; k < r0 + rows; ++k) {  // T_hl = -T_hh · X (T_hh's zeros above the diagonal are stored)
+#pragma unroll
+  for (int k = 0; k < n; ++k) {  // T_hl = -T_hh · X
     const float4 xv = *reinterpret_cast<const float4*>(x + k * n + c0);
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
