@@ -63,33 +63,38 @@ class GpuModel : public testing::SeededGpuTest<> {
 };
 
 // Layer by layer, the GPU against the CPU bf16 reference: a table of the largest difference of
-// every named intermediate, and the logits within the bf16 run-to-run tolerance.
+// every named intermediate, and the logits within the bf16 run-to-run tolerance; with the production
+// GDN prefill backend and with the float32 baseline forced (the CPU's GDN arithmetic is float32, so
+// the tensor-core backend gets its own max bound, kBf16RunLogitTensorCoreGdn).
 TEST_F(GpuModel, EveryIntermediateTracksTheCpuReference) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   Qwen35Model model(tiny().config, tiny().weights);
   CpuOps cpu(tiny().config, Precision::bf16);
-  CudaOps gpu(tiny().config, tiny().weights);
   const std::vector<int32_t> tokens = random_tokens(200, rng_);
   std::map<std::string, std::vector<float>> cpu_values;
-  std::vector<std::string> order;
-  model.observer = [&](const std::string& name, const Tensor& t) {
-    cpu_values[name] = cpu.to_host(t);
-    order.push_back(name);
-  };
+  model.observer = [&](const std::string& name, const Tensor& t) { cpu_values[name] = cpu.to_host(t); };
   Sequence cs(model, cpu);
   const std::vector<float> cpu_logits = cs.feed(tokens, true);
-  std::printf("%-28s %12s %12s\n", "intermediate", "max |gpu-cpu|", "max |cpu|");
-  model.observer = [&](const std::string& name, const Tensor& t) {
-    const std::vector<float> g = gpu.to_host(t);
-    const std::vector<float>& c = cpu_values.at(name);
-    ASSERT_EQ(g.size(), c.size()) << name;
-    double err = 0;
-    for (size_t i = 0; i < g.size(); ++i) err = std::max(err, double(std::fabs(g[i] - c[i])));
-    std::printf("%-28s %12.4g %12.4g\n", name.c_str(), err, max_abs(c));
-  };
-  Sequence gs(model, gpu);
-  const std::vector<float> gpu_logits = gs.feed(tokens, true);
-  EXPECT_TRUE(logits_close(gpu_logits, cpu_logits, "logits of 200 tokens"));
+  for (const std::string forced : {"", "baseline"}) {
+    CudaOps gpu(tiny().config, tiny().weights, CudaOpsOptions{.gdn_prefill_backend = forced});
+    const std::string backend = gpu.gdn_prefill_backend().name;
+    if (forced.empty() && backend == "baseline") continue;  // the second pass covers it
+    SCOPED_TRACE("GDN prefill backend " + backend);
+    std::printf("GDN prefill backend %s\n%-28s %12s %12s\n", backend.c_str(), "intermediate", "max |gpu-cpu|",
+                "max |cpu|");
+    model.observer = [&](const std::string& name, const Tensor& t) {
+      const std::vector<float> g = gpu.to_host(t);
+      const std::vector<float>& c = cpu_values.at(name);
+      ASSERT_EQ(g.size(), c.size()) << name;
+      double err = 0;
+      for (size_t i = 0; i < g.size(); ++i) err = std::max(err, double(std::fabs(g[i] - c[i])));
+      std::printf("%-28s %12.4g %12.4g\n", name.c_str(), err, max_abs(c));
+    };
+    Sequence gs(model, gpu);
+    const std::vector<float> gpu_logits = gs.feed(tokens, true);
+    EXPECT_TRUE(logits_close(gpu_logits, cpu_logits, "logits of 200 tokens",
+                             backend == "baseline" ? testing::kBf16RunLogit : testing::kBf16RunLogitTensorCoreGdn));
+  }
 }
 
 // A 3000-token prompt prefilled in pieces equals one piece: logits and every GDN layer's state, with

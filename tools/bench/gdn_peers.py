@@ -59,6 +59,7 @@ import tempfile
 import time
 import traceback
 import zlib
+from pathlib import Path
 
 import torch
 
@@ -570,7 +571,10 @@ def flashinfer_use_prebuilt():
     fi_env.FLASHINFER_AOT_DIR = fi_env.FLASHINFER_JIT_DIR
     with open(so, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
-    return f"GDN module loaded prebuilt from {so} (sha256 {sha[:16]}, {so.stat().st_size} B)"
+    # Named from the workspace on: the report says which build, not where this machine keeps it.
+    base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", so.anchor))
+    shown = f"<workspace>/{so.relative_to(base)}" if so.is_relative_to(base) else so.name
+    return f"GDN module loaded prebuilt from {shown} (sha256 {sha[:16]}, {so.stat().st_size} B)"
 
 
 def prebuild_flashinfer(workspace):
