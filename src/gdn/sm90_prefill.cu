@@ -31,14 +31,14 @@
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
 // input, exact. S (for K S, Q S) and P are single bf16: with everything else single, splitting S
 // changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
-// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split (16 KiB more) would fit
-// beside the two stages; it doubles K S and Q S on the state warpgroup's chain.
+// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split (16 KiB more) no longer
+// fits beside the three input slots, and it would double K S and Q S on the state warpgroup's chain.
 // Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh. Those the
 // state warpgroup makes from its accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
 // the rows) are stored as they lie, bf16 pairs, and read MN-major; Kᵀ for the state update is the
 // stage's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside its
-// chunk the state warpgroup reuses the stage's V and Tinv regions for X's and Vnew's low parts and
-// W's. No atomics, no scratch, no host synchronisation.
+// chunk the state warpgroup reuses the input slot's V and the stage's Tinv regions for X's and
+// Vnew's low parts and W's. No atomics, no scratch, no host synchronisation.
 //
 // FLOP per chunk and CTA (tensor cores): gram 2.10 M (auxiliary), K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M,
 // state 2.10 M: 8.9 MFLOP; per value head (2 CTAs) 17.8 MFLOP against the fused ideal of 10.5 MFLOP
