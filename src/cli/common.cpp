@@ -1,12 +1,11 @@
 #include "cli/common.h"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "engine/engine_host.h"
 #if DI_HAVE_CUDA
 #include "core/cuda.h"
 #include "engine/cuda_ops.h"
@@ -66,25 +65,7 @@ const Tokenizer& Runner::require_tokenizer(const char* why) const {
   return *tokenizer;
 }
 
-std::vector<int64_t> Runner::stop_ids() const {
-  std::vector<int64_t> ids = loaded.config.eos_token_ids;
-  const auto generation_config = loaded.dir / "generation_config.json";
-  if (std::ifstream in{generation_config}) {
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded()) fail("{}: not valid JSON", generation_config.string());
-    if (j.contains("eos_token_id")) {
-      const nlohmann::json& e = j["eos_token_id"];
-      if (e.is_number_integer()) ids.push_back(e.get<int64_t>());
-      else if (e.is_array())
-        for (const auto& v : e)
-          if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
-    }
-  }
-  if (tokenizer && tokenizer->eos_id()) ids.push_back(*tokenizer->eos_id());
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
+std::vector<int64_t> Runner::stop_ids() const { return model_stop_ids(loaded, tokenizer ? &*tokenizer : nullptr); }
 
 namespace {
 bool gpu_visible() {

@@ -1,0 +1,72 @@
+#pragma once
+// A served model in one object: the checkpoint, the Ops that run it (CPU or CUDA), its tokenizer,
+// the runner and the Engine, sized from the options. What the C ABI (include/deltainfer/engine.h),
+// `deltainfer bench-offline` and the server build on.
+//
+// Sizing. On the GPU, the state pool and the KV cache come from the memory plan
+// (engine/memory_plan.h): utilization x the device's memory, less the weights (the checkpoint's
+// bytes) and an activation reserve, shared between max_num_seqs state slots and KV blocks; the plan's
+// line is logged at start-up. On the CPU, memory grows with use: max_num_seqs slots and
+// kv_cache_tokens tokens of KV (default max_num_seqs x max_model_len) only bound the scheduler.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "engine/ops_runner.h"
+#include "kernels/cpu_ops.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace di {
+
+struct EngineHostOptions {
+  std::string model_dir;
+  std::string device = "auto";            // auto (cuda when a GPU is visible), cpu or cuda
+  Precision cpu_precision = Precision::bf16;
+  std::string gdn_prefill_backend;        // empty: production dispatch (GPU only)
+  int64_t max_num_seqs = 64;              // sequences running at once
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step
+  int64_t max_waiting = 1024;             // bound of the wait queue
+  int64_t max_model_len = 0;              // prompt + output of one request; 0: min(32768, the model's)
+  double gpu_memory_utilization = 0.9;    // GPU: fraction of the device's memory the engine may use
+  uint64_t activation_reserve_bytes = uint64_t(3) << 30;  // GPU: left for the forward pass
+  int64_t kv_cache_tokens = 0;            // CPU: KV bound (0: max_num_seqs x max_model_len)
+  bool show_progress = false;             // a progress bar while the checkpoint is read
+};
+
+// The ids that end generation: config.json's and generation_config.json's eos_token_id and the
+// tokenizer's eos token.
+std::vector<int64_t> model_stop_ids(const LoadedModel& model, const Tokenizer* tokenizer);
+
+class EngineHost {
+ public:
+  // Loads and sizes everything; di::Error naming what was wrong (no model, no GPU, too little memory).
+  explicit EngineHost(const EngineHostOptions& options);
+  ~EngineHost();
+  EngineHost(const EngineHost&) = delete;
+  EngineHost& operator=(const EngineHost&) = delete;
+
+  Engine& engine() { return *engine_; }
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  const ModelConfig& config() const { return loaded_.config; }
+  const std::string& device() const { return device_; }
+  const SchedulerConfig& scheduler_config() const { return engine_->options().scheduler; }
+  // The start-up line: device, slots, KV tokens (and the memory plan on the GPU).
+  const std::string& describe() const { return description_; }
+
+ private:
+  std::string device_;
+  LoadedModel loaded_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<Qwen35Model> model_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<OpsModelRunner> runner_;
+  std::unique_ptr<Engine> engine_;
+  std::string description_;
+};
+
+}  // namespace di
