@@ -22,23 +22,11 @@ struct Engine::Live {
   bool final_queued = false;
   std::optional<TokenEvent> pending_final;
   std::vector<int32_t> output;   // tokens generated
-  std::string text;              // their text (tokenizer set)
+  std::optional<StreamDecoder> decoder;  // tokenizer set: their text, whole UTF-8 characters only
+  std::string text;              // that text so far
   size_t emitted = 0;            // bytes of `text` already sent
 };
 
-namespace {
-
-// Bytes at the end of `text` that may still change or belong to a stop string: an unfinished UTF-8
-// character (decoded as U+FFFD) and the longest stop string's length minus one.
-size_t held_back(const std::string& text, size_t longest_stop) {
-  size_t hold = longest_stop > 0 ? longest_stop - 1 : 0;
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  if (text.size() >= kReplacement.size() && text.compare(text.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
-    hold = std::max(hold, kReplacement.size());
-  return std::min(hold, text.size());
-}
-
-}  // namespace
 
 Engine::Engine(ModelRunner& runner, int64_t vocab_size, const EngineOptions& options, const Tokenizer* tokenizer)
     : runner_(runner), vocab_size_(vocab_size), tokenizer_(tokenizer), options_(options), scheduler_(options.scheduler) {
@@ -99,6 +87,7 @@ Submitted Engine::submit(GenerationRequest request) {
   auto r = std::make_unique<Live>();
   r->id = id;
   Submitted out{id, {}};
+  if (invalid.empty() && !failure_.empty()) invalid = "the engine stopped serving after a failure: " + failure_;
   if (!invalid.empty()) {
     out.result = {SubmitStatus::invalid, invalid};
   } else {
@@ -172,10 +161,14 @@ void Engine::end_early(Live& r, TokenEvent final_event) {
 }
 
 // Appends the new token's text to the request's text and puts into `event` what can be sent: all
-// but the held-back tail, or, when a stop string appears, the text before it (then true).
-bool Engine::stream_text(Live& r, TokenEvent& event) {
+// but the tail that may still grow into a stop string, or, when a stop string appears, the text
+// before it (then true). At the request's end (`last`), nothing is held back. Ids past the
+// tokenizer's vocabulary (the embedding's padding rows) have no text.
+bool Engine::stream_text(Live& r, int32_t token, bool last, TokenEvent& event) {
   if (tokenizer_ == nullptr) return false;
-  r.text = tokenizer_->decode(r.output, /*skip_special=*/true);
+  if (!r.decoder) r.decoder.emplace(*tokenizer_, /*skip_special=*/true);
+  if (token >= 0 && token < tokenizer_->vocab_size()) r.text += r.decoder->push(token);
+  if (last) r.text += r.decoder->finish();
   size_t longest = 0;
   size_t stop_at = std::string::npos;
   for (const std::string& s : r.request.stop_strings) {
@@ -188,7 +181,8 @@ bool Engine::stream_text(Live& r, TokenEvent& event) {
     r.emitted = std::max(r.emitted, stop_at);
     return true;
   }
-  const size_t end = r.text.size() - held_back(r.text, longest);
+  const size_t hold = last || longest == 0 ? 0 : std::min(longest - 1, r.text.size());
+  const size_t end = r.text.size() - hold;
   if (end > r.emitted) {
     event.text = r.text.substr(r.emitted, end - r.emitted);
     r.emitted = end;
@@ -197,6 +191,21 @@ bool Engine::stream_text(Live& r, TokenEvent& event) {
 }
 
 void Engine::loop() {
+  try {
+    serve();
+  } catch (const std::exception& e) {
+    // A broken invariant of the engine's own books: stop serving, and say so to every request.
+    std::lock_guard lock(mutex_);
+    failure_ = e.what();
+    spdlog::error("engine: stopped serving: {}", failure_);
+    for (auto& [id, r] : requests_)
+      if (!r->final_queued)
+        emit(*r, TokenEvent{.finished = true, .reason = FinishReason::cancelled, .error = "engine failure: " + failure_});
+    events_.notify_all();
+  }
+}
+
+void Engine::serve() {
   std::unique_lock lock(mutex_);
   while (true) {
     work_.wait(lock, [&] { return stopping_ || scheduler_.has_work(); });
@@ -256,7 +265,13 @@ void Engine::loop() {
       r.output.push_back(token);
       TokenEvent event{.token = token};
       const bool done = std::find(finished.begin(), finished.end(), item.request_id) != finished.end();
-      if (stream_text(r, event)) {
+      bool stopped = false;
+      try {
+        stopped = stream_text(r, token, done, event);
+      } catch (const std::exception& e) {  // never expected: text is a convenience, the token stands
+        spdlog::warn("engine: request {}: no text for token {}: {}", r.id, token, e.what());
+      }
+      if (stopped) {
         if (done) {  // the scheduler finished it with this token anyway: its memory is free now
           event.finished = true;
           event.reason = FinishReason::stop;
@@ -268,8 +283,6 @@ void Engine::loop() {
       } else if (done) {
         event.finished = true;
         event.reason = scheduler_.finish_reason(item.request_id);
-        if (r.emitted < r.text.size()) event.text += r.text.substr(r.emitted);  // the held-back tail
-        r.emitted = r.text.size();
       }
       emit(r, std::move(event));
     }

@@ -47,7 +47,8 @@ struct EngineOptions {
 struct TokenEvent {
   int32_t token = -1;          // the new token; -1 on a final event that carries none
   std::string text;            // the text this token completes (tokenizer set; bytes of an
-                               // unfinished UTF-8 character wait for the next token)
+                               // unfinished UTF-8 character, and a tail that may become a stop
+                               // string, wait for the next token)
   bool finished = false;       // the request's last event
   FinishReason reason = FinishReason::none;  // when finished
   std::string error;           // why it was rejected
@@ -93,11 +94,12 @@ class Engine {
 
  private:
   struct Live;
-  void loop();
+  void loop();   // the worker thread: serve(), and the end of every request if it throws
+  void serve();
   Live* find_live(int64_t id);  // null once its final event was read
   void emit(Live& r, TokenEvent event);
   void end_early(Live& r, TokenEvent final_event);
-  bool stream_text(Live& r, TokenEvent& event);
+  bool stream_text(Live& r, int32_t token, bool last, TokenEvent& event);
 
   ModelRunner& runner_;
   int64_t vocab_size_;
@@ -114,6 +116,7 @@ class Engine {
   int64_t steps_ = 0;
   int64_t runner_slots_ = 0;
   bool stopping_ = false;
+  std::string failure_;  // set when the worker stopped on an error
   std::thread worker_;
 };
 

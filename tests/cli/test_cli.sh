@@ -139,5 +139,23 @@ expect_fail "truncated tokenizer.json" "tokenizer.json" "$bin" tokenize --model 
 printf 'a\xff\xfeb' >"$work/invalid.txt"
 expect_fail "invalid UTF-8 input" "UTF-8" "$bin" tokenize --model "$model" "$(cat "$work/invalid.txt")"
 
+# bench-offline: every request completes with its output length; the report has every request.
+if "$bin" bench-offline --model "$model" --device cpu --num-requests 12 --input-len 70 --output-len 5 --concurrency 4 \
+    --max-num-seqs 4 --max-num-batched-tokens 64 --json "$work/bench.json" >"$work/bench.out" 2>"$work/bench.err" &&
+   python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r['output_tokens'] == 60 and len(r['requests']) == 12, r['output_tokens']
+assert all(q['tokens'] == 5 and q['ttft_s'] > 0 and q['latency_s'] >= q['ttft_s'] for q in r['requests'])
+assert r['ttft_s']['p50'] <= r['ttft_s']['p99'] and r['workload']['concurrency'] == 4 and r['build']['version']
+" "$work/bench.json" && grep -q "TTFT" "$work/bench.out"; then
+  pass "bench-offline"
+else
+  bad "bench-offline: $(tail -2 "$work/bench.err")"
+fi
+expect_fail "bench-offline with no requests" "must be >= 1" "$bin" bench-offline --model "$model" --device cpu --num-requests 0
+expect_fail "bench-offline with no sequences" "max_num_seqs must be >= 1" "$bin" bench-offline --model "$model" \
+  --device cpu --max-num-seqs 0
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
