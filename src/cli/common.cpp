@@ -67,16 +67,6 @@ const Tokenizer& Runner::require_tokenizer(const char* why) const {
 
 std::vector<int64_t> Runner::stop_ids() const { return model_stop_ids(loaded, tokenizer ? &*tokenizer : nullptr); }
 
-namespace {
-bool gpu_visible() {
-#if DI_HAVE_CUDA
-  return cuda::device_count() > 0;
-#else
-  return false;
-#endif
-}
-}  // namespace
-
 Runner open_model(const ModelOptions& o) {
   const Precision precision = parse_precision(o.precision);
   Runner r;

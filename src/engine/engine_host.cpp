@@ -36,8 +36,6 @@ std::vector<int64_t> model_stop_ids(const LoadedModel& model, const Tokenizer* t
   return ids;
 }
 
-namespace {
-
 bool gpu_visible() {
 #if DI_HAVE_CUDA
   return cuda::device_count() > 0;
@@ -45,6 +43,8 @@ bool gpu_visible() {
   return false;
 #endif
 }
+
+namespace {
 
 #if DI_HAVE_CUDA
 // The checkpoint's bytes: what the weights take on the GPU (bf16 as stored).

@@ -38,6 +38,9 @@ struct EngineHostOptions {
   bool show_progress = false;             // a progress bar while the checkpoint is read
 };
 
+// Whether a CUDA device is visible (always false in a build without CUDA).
+bool gpu_visible();
+
 // The ids that end generation: config.json's and generation_config.json's eos_token_id and the
 // tokenizer's eos token.
 std::vector<int64_t> model_stop_ids(const LoadedModel& model, const Tokenizer* tokenizer);
