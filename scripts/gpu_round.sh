@@ -11,13 +11,13 @@
 #          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
-#        gdn,peers,engine,cli,hf (default: all); DI_CMAKE_ARGS adds CMake arguments (e.g.
+#        gdn,peers,engine,offline,cli,hf (default: all); DI_CMAKE_ARGS adds CMake arguments (e.g.
 #        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler);
 #        (LOG_DIR defaults to $OUT, else gpu-logs; the two variables, read where the tree was sent
 #        from, go into every binary's provenance because the copy's .git is not that tree's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,peers,engine,cli,hf"
+prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,peers,engine,offline,cli,hf"
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt=$2; shift 2 ;;
@@ -72,7 +72,7 @@ want() { [[ ",$benches," == *",$1,"* ]] && [ $bench -eq 1 ]; }
 model4b=/tmp/deltainfer-4b-geometry
 need4b=0
 { [ $tests -eq 1 ] && [ -z "$test_filter" ]; } && need4b=1
-{ want engine || want cli || want hf; } && need4b=1
+{ want engine || want offline || want cli || want hf; } && need4b=1
 if [ $need4b -eq 1 ] && [ ! -f "$model4b/model.safetensors" ]; then
   t=$(date +%s)
   "$build/deltainfer" make-tiny-model --preset 4b-geometry --no-tokenizer "$model4b" >"$logs/make-4b.log" 2>&1 ||
@@ -133,6 +133,24 @@ if want engine; then
     row "engine end to end (4b-geometry)" "FAILED (engine.txt)"; failed=1
   fi
 fi
+if want offline; then
+  # The runtime's serving figures: 1024 tokens in, 256 out, at concurrency 1, 8, 16 and 64 through the
+  # engine in process (docs/runtime.md); every report in offline.json, one line each.
+  : >"$logs/offline.txt"
+  for conc in 1 8 16 64; do
+    n=$(( conc < 4 ? 4 : 2 * conc ))
+    out=/tmp/offline_c$conc.txt
+    if "$build/deltainfer" bench-offline --model "$model4b" --device cuda --num-requests $n --input-len 1024 \
+        --output-len 256 --concurrency $conc --max-num-seqs 64 --json "/tmp/offline_c$conc.json" >"$out" 2>&1; then
+      row "bench-offline 1024/256, concurrency $conc" "$(grep 'output tokens/s' "$out")"
+    else
+      row "bench-offline 1024/256, concurrency $conc" "FAILED (offline.txt)"; failed=1
+    fi
+    cat "$out" >>"$logs/offline.txt"
+  done
+  python3 -c "import json, sys; json.dump([json.load(open(f)) for f in sys.argv[1:]], open('$logs/offline.json', 'w'), indent=1)" \
+    /tmp/offline_c*.json 2>>"$logs/offline.txt" || true
+fi
 if want cli; then
   t0=$(date +%s.%N)
   "$build/deltainfer" generate --model "$model4b" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 1 \
@@ -149,7 +167,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed

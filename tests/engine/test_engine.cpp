@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "engine/ops_runner.h"
+#include "engine/engine_test_support.h"
 #include "engine/sequence.h"
 #include "fake_model_runner.h"
 #include "support/seed.h"
@@ -31,38 +32,14 @@ namespace di {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Alone;
+using testing::drain;
+using testing::Drained;
 using testing::fake_expected_output;
 using testing::FakeModelRunner;
+using testing::greedy_alone;
 
 constexpr int32_t kFakeVocab = 64;
-
-struct Drained {
-  std::vector<int32_t> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::none;
-  std::string error;
-  int events = 0;
-};
-
-// Reads a request's events up to its final one.
-Drained drain(Engine& engine, int64_t id) {
-  Drained d;
-  while (true) {
-    const std::optional<TokenEvent> event = engine.next(id, 120s);
-    if (!event) {
-      ADD_FAILURE() << "request " << id << ": no event within 120 s";
-      return d;
-    }
-    ++d.events;
-    if (event->token >= 0) d.tokens.push_back(event->token);
-    d.text += event->text;
-    if (event->finished) {
-      d.reason = event->reason;
-      d.error = event->error;
-      return d;
-    }
-  }
-}
 
 SchedulerConfig scheduler_config(int64_t slots, int64_t blocks, int64_t block_size, int64_t budget,
                                  int64_t max_waiting = 100000) {
@@ -303,48 +280,6 @@ TEST(EngineFake, TenThousandRequestsFromFourThreadsLeaveNothingBehind) {
 
 // ---- The tiny model on CpuOps.
 
-struct Alone {
-  std::vector<int32_t> tokens;
-  std::vector<double> margin;   // top logit minus the runner-up's, at each generated token
-  std::vector<double> top;      // the top logit
-};
-
-Alone greedy_alone(const Qwen35Model& model, Ops& ops, const std::vector<int32_t>& prompt, int64_t max_tokens,
-                   const std::vector<int32_t>& stop_ids = {}) {
-  Alone a;
-  Sequence seq(model, ops);
-  std::vector<float> logits = seq.feed(prompt);
-  for (int64_t i = 0; i < max_tokens; ++i) {
-    std::vector<float> sorted = logits;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    const int32_t t = int32_t(argmax(logits.data(), int64_t(logits.size())));
-    a.tokens.push_back(t);
-    a.margin.push_back(double(sorted[0]) - double(sorted[1]));
-    a.top.push_back(sorted[0]);
-    if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end() || i + 1 == max_tokens) break;
-    const int32_t next[1] = {t};
-    logits = seq.feed(next);
-  }
-  return a;
-}
-
-// The engine's greedy tokens against the lone run: equal, or diverging at a token where the lone
-// run's top two logits are within twice the float32 reordering tolerance (then the rest differs
-// legitimately). Returns whether it diverged.
-bool expect_greedy_matches(const std::vector<int32_t>& got, const Alone& alone, const std::string& what) {
-  const size_t n = std::min(got.size(), alone.tokens.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (got[i] == alone.tokens[i]) continue;
-    const testing::Tolerance tol = testing::kF32ReorderLogit;
-    const double tie = 2 * (tol.atol + tol.rtol * std::fabs(alone.top[i]));
-    EXPECT_LE(alone.margin[i], tie) << what << ": token " << i << " is " << got[i] << ", alone " << alone.tokens[i]
-                                    << " with a margin of " << alone.margin[i] << " (not a near tie)";
-    return true;
-  }
-  EXPECT_EQ(got.size(), alone.tokens.size()) << what;
-  return false;
-}
-
 std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t n, int64_t vocab) {
   std::vector<int32_t> p(static_cast<size_t>(n));
   for (auto& t : p) t = std::uniform_int_distribution<int32_t>(0, int32_t(vocab - 1))(rng);
@@ -386,7 +321,8 @@ TEST_P(EngineTinyModelBudgets, ConcurrentRequestsGiveTheirAloneGreedyTokens) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const Drained d = drain(engine, ids[i]);
     EXPECT_EQ(d.reason, FinishReason::length);
-    diverged += expect_greedy_matches(d.tokens, alone[i], "prompt of " + std::to_string(lengths[i]) + " tokens");
+    diverged += testing::expect_greedy_matches(d.tokens, alone[i], testing::kF32ReorderLogit,
+                                               "prompt of " + std::to_string(lengths[i]) + " tokens");
   }
   EXPECT_LE(diverged, 1) << "near ties are rare; more divergences point at a state bug";
   expect_all_memory_free(engine);
@@ -410,7 +346,8 @@ TEST_F(EngineTinyModel, PreemptedRequestsStillGiveTheirAloneTokens) {
   std::vector<int64_t> ids;
   for (const GenerationRequest& g : requests) ids.push_back(engine.submit(g).id);
   for (size_t i = 0; i < ids.size(); ++i)
-    expect_greedy_matches(drain(engine, ids[i]).tokens, alone[i], "request " + std::to_string(i));
+    testing::expect_greedy_matches(drain(engine, ids[i]).tokens, alone[i], testing::kF32ReorderLogit,
+                                   "request " + std::to_string(i));
   EXPECT_GT(engine.stats().preemptions, 0);
   expect_all_memory_free(engine);
 }

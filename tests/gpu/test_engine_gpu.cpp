@@ -1,0 +1,98 @@
+// The serving engine on the GPU (OpsModelRunner over CudaOps, bf16, the tiny model): 64 concurrent
+// requests with prompts of 1 to 8000 tokens give the greedy tokens each gives alone, with decode
+// graphs on and off and step budgets of 64, 512 and 8192 tokens. A divergence is accepted only at a
+// step where the lone run's top two logits are within twice the bf16 run-to-run tolerance
+// (kBf16RunLogit: the golden gates' margin rule). Afterwards every slot and block is free.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <tuple>
+
+#include "engine/cuda_ops.h"
+#include "engine/engine.h"
+#include "engine/engine_test_support.h"
+#include "engine/ops_runner.h"
+#include "gpu/gpu_test.h"
+#include "support/tiny_model_fixture.h"
+#include "support/tolerance.h"
+
+namespace di {
+namespace {
+
+class EngineGpu : public testing::SeededGpuTest<std::mt19937>,
+                  public ::testing::WithParamInterface<std::tuple<int64_t, bool>> {};
+
+TEST_P(EngineGpu, SixtyFourConcurrentRequestsGiveTheirAloneGreedyTokens) {
+  const auto [budget, graphs] = GetParam();
+  SCOPED_TRACE(testing::seed_trace(seed_) + ", budget " + std::to_string(budget) + (graphs ? ", graphs" : ", eager"));
+  const ModelConfig& c = testing::tiny_model().config;
+  const Qwen35Model model(c, testing::tiny_model().weights);
+
+  // Chunk boundaries, the longest prompt, and random lengths between.
+  std::vector<int64_t> lengths = {1, 2, 63, 64, 65, 127, 128, 129, 511, 4096, 8000};
+  while (lengths.size() < 64) lengths.push_back(std::uniform_int_distribution<int64_t>(1, 8000)(rng_));
+  std::vector<GenerationRequest> requests;
+  int64_t total = 0;
+  for (int64_t len : lengths) {
+    GenerationRequest g;
+    for (int64_t i = 0; i < len; ++i)
+      g.prompt.push_back(std::uniform_int_distribution<int32_t>(0, int32_t(c.vocab_size - 1))(rng_));
+    g.max_tokens = std::uniform_int_distribution<int64_t>(1, 16)(rng_);
+    total += len + g.max_tokens;
+    requests.push_back(std::move(g));
+  }
+
+  std::vector<testing::Alone> alone;
+  {
+    CudaOps ops(c, testing::tiny_model().weights,
+                CudaOpsOptions{.max_slots = 1, .kv_cache_tokens = 8192 + 64, .decode_graphs = graphs});
+    for (const GenerationRequest& g : requests) alone.push_back(testing::greedy_alone(model, ops, g.prompt, g.max_tokens));
+  }
+
+  const int64_t blocks = (total + 64 * 64) / 64;  // room for all at once, and a block of slack each
+  CudaOps ops(c, testing::tiny_model().weights,
+              CudaOpsOptions{.max_slots = 64, .kv_cache_tokens = blocks * 64, .decode_graphs = graphs});
+  OpsModelRunner runner(model, ops);
+  SchedulerConfig sc;
+  sc.num_state_slots = 64;
+  sc.num_kv_blocks = blocks;
+  sc.block_size = 64;
+  sc.max_num_batched_tokens = budget;
+  sc.max_model_len = 8000 + 16;
+  Engine engine(runner, c.vocab_size, EngineOptions{.scheduler = sc});
+  std::vector<int64_t> ids;
+  for (const GenerationRequest& g : requests) {
+    const Submitted s = engine.submit(g);
+    ASSERT_TRUE(s.result.accepted()) << s.result.reason;
+    ids.push_back(s.id);
+  }
+  int diverged = 0, equal = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const testing::Drained d = testing::drain(engine, ids[i]);
+    EXPECT_EQ(d.reason, FinishReason::length);
+    const bool div = testing::expect_greedy_matches(d.tokens, alone[i], testing::kBf16RunLogit,
+                                                    "prompt of " + std::to_string(lengths[i]) + " tokens");
+    diverged += div;
+    equal += !div;
+  }
+  std::printf("[ engine ] budget %lld, %s: %d of 64 requests equal to alone, %d diverged at a low margin; %lld steps\n",
+              static_cast<long long>(budget), graphs ? "graphs" : "eager", equal, diverged,
+              static_cast<long long>(engine.stats().steps));
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.free_slots, s.total_slots);
+  EXPECT_EQ(s.free_kv_blocks, s.total_kv_blocks);
+  EXPECT_EQ(s.runner_slots, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, EngineGpu,
+                         ::testing::Combine(::testing::Values(int64_t(64), int64_t(512), int64_t(8192)),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return "budget" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_graphs" : "_eager");
+                         });
+
+}  // namespace
+}  // namespace di
