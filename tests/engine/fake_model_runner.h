@@ -14,6 +14,19 @@
 
 namespace di::testing {
 
+// A scheduler configuration for the tests: slots, KV blocks of block_size tokens, the step budget and
+// the queue bound; max_model_len is left 0 (the whole KV cache).
+inline SchedulerConfig scheduler_config(int64_t slots, int64_t blocks, int64_t block_size, int64_t budget,
+                                        int64_t max_waiting = 64) {
+  SchedulerConfig c;
+  c.num_state_slots = slots;
+  c.num_kv_blocks = blocks;
+  c.block_size = block_size;
+  c.max_num_batched_tokens = budget;
+  c.max_waiting = max_waiting;
+  return c;
+}
+
 constexpr uint64_t kFakeHashInit = 1469598103934665603ull;  // FNV-1a offset basis
 
 inline uint64_t fake_hash_step(uint64_t h, int32_t token) {

@@ -38,20 +38,9 @@ using testing::Drained;
 using testing::fake_expected_output;
 using testing::FakeModelRunner;
 using testing::greedy_alone;
+using testing::scheduler_config;
 
 constexpr int32_t kFakeVocab = 64;
-
-SchedulerConfig scheduler_config(int64_t slots, int64_t blocks, int64_t block_size, int64_t budget,
-                                 int64_t max_waiting = 100000) {
-  SchedulerConfig c;
-  c.num_state_slots = slots;
-  c.num_kv_blocks = blocks;
-  c.block_size = block_size;
-  c.max_num_batched_tokens = budget;
-  c.max_waiting = max_waiting;
-  c.max_model_len = blocks * block_size;
-  return c;
-}
 
 void expect_all_memory_free(const Engine& engine) {
   const EngineStats s = engine.stats();
@@ -124,7 +113,7 @@ TEST(EngineFake, EveryRequestStreamsWhatItGetsAlone) {
   FakeModelRunner runner(4, kFakeVocab);
   // 24 blocks of 16 tokens (384) for 4 slots and requests of 41 to 160 tokens (100 on average): the
   // running sequences outgrow the cache, so preemption and recompute happen.
-  Engine engine(runner, kFakeVocab, EngineOptions{.scheduler = scheduler_config(4, 24, 16, 96)});
+  Engine engine(runner, kFakeVocab, EngineOptions{.scheduler = scheduler_config(4, 24, 16, 96, /*max_waiting=*/1000)});
   std::vector<GenerationRequest> requests;
   std::vector<int64_t> ids;
   for (int i = 0; i < 200; ++i) {

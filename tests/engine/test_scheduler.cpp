@@ -22,6 +22,7 @@ namespace {
 
 using testing::fake_expected_output;
 using testing::FakeModelRunner;
+using testing::scheduler_config;
 using testing::throws_error_with;
 
 constexpr int32_t kVocab = 64;
@@ -33,16 +34,6 @@ Request make_request(int64_t id, int64_t prompt_len, int64_t max_new, std::vecto
   r.max_new_tokens = max_new;
   r.stop_ids = std::move(stop_ids);
   return r;
-}
-
-SchedulerConfig make_config(int64_t slots, int64_t blocks, int64_t block_size, int64_t budget, int64_t max_waiting = 64) {
-  SchedulerConfig c;
-  c.num_state_slots = slots;
-  c.num_kv_blocks = blocks;
-  c.block_size = block_size;
-  c.max_num_batched_tokens = budget;
-  c.max_waiting = max_waiting;
-  return c;
 }
 
 class Harness {
@@ -152,7 +143,7 @@ class Harness {
 };
 
 std::vector<int32_t> run_alone(const Request& r) {
-  Harness h(make_config(1, 64, 16, 32));
+  Harness h(scheduler_config(1, 64, 16, 32));
   h.submit(r);
   h.run_until_idle();
   EXPECT_EQ(h.sched.total_preemptions(), 0);
@@ -160,7 +151,7 @@ std::vector<int32_t> run_alone(const Request& r) {
 }
 
 TEST(Scheduler, AdmitsUpToTheSlotsAndWithinTheBudget) {
-  Harness h(make_config(/*slots=*/2, /*blocks=*/64, /*block_size=*/16, /*budget=*/100));
+  Harness h(scheduler_config(/*slots=*/2, /*blocks=*/64, /*block_size=*/16, /*budget=*/100));
   for (int64_t id = 0; id < 3; ++id) h.submit(make_request(id, 10, 4));
   const StepPlan p = h.step();
   EXPECT_EQ(p.admitted, (std::vector<int64_t>{0, 1}));
@@ -178,7 +169,7 @@ TEST(Scheduler, AdmitsUpToTheSlotsAndWithinTheBudget) {
 }
 
 TEST(Scheduler, MixesPrefillAndDecodeInOneStep) {
-  Harness h(make_config(4, 64, 16, 64));
+  Harness h(scheduler_config(4, 64, 16, 64));
   h.submit(make_request(1, 8, 10));
   const StepPlan first = h.step();
   ASSERT_EQ(first.items.size(), 1u);
@@ -204,7 +195,7 @@ TEST(Scheduler, MixesPrefillAndDecodeInOneStep) {
 
 // Budget order: decodes first, then the next piece of a partial prefill, then admissions.
 TEST(Scheduler, SpendsTheBudgetOnDecodesThenPrefillPiecesThenAdmissions) {
-  Harness h(make_config(8, 64, 16, /*budget=*/16));
+  Harness h(scheduler_config(8, 64, 16, /*budget=*/16));
   h.submit(make_request(1, 4, 50));
   h.submit(make_request(2, 4, 50));
   h.step();  // admits 1 and 2 (8 tokens), both sample
@@ -233,7 +224,7 @@ TEST(Scheduler, SpendsTheBudgetOnDecodesThenPrefillPiecesThenAdmissions) {
 }
 
 TEST(Scheduler, ChunksALongPromptOverSeveralStepsInOneSlot) {
-  Harness h(make_config(2, 64, 16, /*budget=*/64));
+  Harness h(scheduler_config(2, 64, 16, /*budget=*/64));
   h.submit(make_request(9, 200, 5));
   std::vector<StepItem> pieces;
   while (h.sched.output(9).empty()) {
@@ -258,7 +249,7 @@ TEST(Scheduler, ChunksALongPromptOverSeveralStepsInOneSlot) {
 }
 
 TEST(Scheduler, AdmitsOnlyWhenTheBlocksForThePieceAreFree) {
-  Harness h(make_config(/*slots=*/8, /*blocks=*/4, /*block_size=*/16, /*budget=*/1000));
+  Harness h(scheduler_config(/*slots=*/8, /*blocks=*/4, /*block_size=*/16, /*budget=*/1000));
   h.submit(make_request(1, 40, 3));  // 3 blocks
   h.submit(make_request(2, 40, 3));  // 3 more blocks: only 1 free
   const StepPlan p = h.step();
@@ -274,7 +265,7 @@ TEST(Scheduler, AdmitsOnlyWhenTheBlocksForThePieceAreFree) {
 
 TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOutAndRecomputesIt) {
   // 6 blocks of 4 tokens; each request reaches 17..20 tokens (5 blocks), so they cannot all run.
-  Harness h(make_config(/*slots=*/4, /*blocks=*/6, /*block_size=*/4, /*budget=*/64));
+  Harness h(scheduler_config(/*slots=*/4, /*blocks=*/6, /*block_size=*/4, /*budget=*/64));
   h.submit(make_request(1, 6, 14));
   h.submit(make_request(2, 5, 14));
   h.submit(make_request(3, 3, 14));
@@ -316,7 +307,7 @@ TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOutAndRecomputesIt) {
 }
 
 TEST(Scheduler, CancelFreesTheMemoryAtTheNextStep) {
-  Harness h(make_config(/*slots=*/1, 16, 16, 64));
+  Harness h(scheduler_config(/*slots=*/1, 16, 16, 64));
   h.submit(make_request(1, 20, 30));
   h.submit(make_request(2, 20, 30));
   h.submit(make_request(3, 20, 30));
@@ -353,7 +344,7 @@ TEST(Scheduler, CancelFreesTheMemoryAtTheNextStep) {
 }
 
 TEST(Scheduler, CancelOfAPreemptedRequest) {
-  Harness h(make_config(/*slots=*/4, /*blocks=*/6, /*block_size=*/4, /*budget=*/64));
+  Harness h(scheduler_config(/*slots=*/4, /*blocks=*/6, /*block_size=*/4, /*budget=*/64));
   h.submit(make_request(1, 6, 14));
   h.submit(make_request(2, 5, 14));
   int64_t victim = -1;
@@ -376,7 +367,7 @@ TEST(Scheduler, CancelOfAPreemptedRequest) {
 }
 
 TEST(Scheduler, RejectsExplicitlyWhenTheQueueIsFull) {
-  Harness h(make_config(/*slots=*/1, 16, 16, 64, /*max_waiting=*/3));
+  Harness h(scheduler_config(/*slots=*/1, 16, 16, 64, /*max_waiting=*/3));
   for (int64_t id = 1; id <= 3; ++id) h.submit(make_request(id, 5, 4));
   const SubmitResult full = h.sched.submit(make_request(4, 5, 4));
   EXPECT_EQ(full.status, SubmitStatus::queue_full);
@@ -405,7 +396,7 @@ TEST(Scheduler, AdmitsInArrivalOrder) {
   const uint32_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
-  Harness h(make_config(/*slots=*/3, /*blocks=*/40, /*block_size=*/16, /*budget=*/48, /*max_waiting=*/100));
+  Harness h(scheduler_config(/*slots=*/3, /*blocks=*/40, /*block_size=*/16, /*budget=*/48, /*max_waiting=*/100));
   std::vector<int64_t> order;
   for (int64_t id = 0; id < 60; ++id) {
     h.submit(make_request(id, std::uniform_int_distribution<int64_t>(1, 120)(rng),
@@ -419,7 +410,7 @@ TEST(Scheduler, AdmitsInArrivalOrder) {
 }
 
 TEST(Scheduler, TheHeadOfTheQueueIsNotOvertaken) {
-  Harness h(make_config(/*slots=*/4, /*blocks=*/10, /*block_size=*/16, /*budget=*/200));
+  Harness h(scheduler_config(/*slots=*/4, /*blocks=*/10, /*block_size=*/16, /*budget=*/200));
   h.submit(make_request(1, 100, 20));  // 7 blocks
   h.step();
   h.submit(make_request(2, 60, 5));  // 4 blocks: does not fit next to 1
@@ -432,14 +423,14 @@ TEST(Scheduler, TheHeadOfTheQueueIsNotOvertaken) {
 }
 
 TEST(Scheduler, MisuseIsAClearError) {
-  EXPECT_TRUE(throws_error_with([] { Scheduler s(make_config(0, 8, 16, 64)); }, {"num_state_slots"}));
-  SchedulerConfig c = make_config(2, 8, 16, 64);
+  EXPECT_TRUE(throws_error_with([] { Scheduler s(scheduler_config(0, 8, 16, 64)); }, {"num_state_slots"}));
+  SchedulerConfig c = scheduler_config(2, 8, 16, 64);
   c.max_model_len = 200;
   EXPECT_TRUE(throws_error_with([&] { Scheduler s(c); }, {"max_model_len", "128", "200"}));
   c.max_model_len = 0;
   c.max_num_seqs = 3;
   EXPECT_TRUE(throws_error_with([&] { Scheduler s(c); }, {"max_num_seqs", "3"}));
-  Scheduler s(make_config(2, 8, 16, 64));
+  Scheduler s(scheduler_config(2, 8, 16, 64));
   ASSERT_TRUE(s.submit(make_request(1, 5, 4)).accepted());
   const StepPlan p = s.schedule();
   EXPECT_TRUE(throws_error_with([&] { s.schedule(); }, {"on_step_done", "step 1"}));
@@ -460,7 +451,7 @@ TEST(Scheduler, SoakOf10000RequestsReturnsEveryBlockAndSlot) {
   const uint32_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
-  SchedulerConfig c = make_config(/*slots=*/12, /*blocks=*/64, /*block_size=*/16, /*budget=*/96, /*max_waiting=*/48);
+  SchedulerConfig c = scheduler_config(/*slots=*/12, /*blocks=*/64, /*block_size=*/16, /*budget=*/96, /*max_waiting=*/48);
   c.max_model_len = 400;
   Harness h(c);
   const int64_t free_blocks0 = h.sched.kv().free_blocks();
