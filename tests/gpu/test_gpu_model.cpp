@@ -37,16 +37,21 @@ std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
 }
 
 // Logits of two bf16 runs: every element within kBf16RunLogit and the mean |error| within
-// kBf16RunLogitMean (printed, so the round's log records it).
+// kBf16RunLogitMean (both printed, so the round's log records them).
 ::testing::AssertionResult logits_close(const std::vector<float>& actual, const std::vector<float>& expected,
                                         const std::string& what, testing::Tolerance tol = testing::kBf16RunLogit,
                                         double mean_bound = testing::kBf16RunLogitMean) {
   ::testing::AssertionResult max_ok = all_close(actual, expected, tol, what);
   if (!max_ok) return max_ok;
-  double sum = 0;
-  for (size_t i = 0; i < actual.size(); ++i) sum += std::fabs(double(actual[i]) - double(expected[i]));
+  double sum = 0, max_err = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double err = std::fabs(double(actual[i]) - double(expected[i]));
+    sum += err;
+    max_err = std::max(max_err, err);
+  }
   const double mean = sum / double(std::max<size_t>(actual.size(), 1));
-  std::printf("[ logits ] %s: mean |error| %.4f over %zu logits\n", what.c_str(), mean, actual.size());
+  std::printf("[ logits ] %s: max |error| %.4f, mean |error| %.4f over %zu logits\n", what.c_str(), max_err, mean,
+              actual.size());
   if (mean <= mean_bound) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << what << ": mean |error| " << mean << " above " << mean_bound;
 }
