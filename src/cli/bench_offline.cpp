@@ -33,6 +33,7 @@ struct BenchOptions {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   double gpu_memory_utilization = 0.9;
+  int tensor_parallel_size = 1;
   uint64_t seed = 0;
   std::string json_out;
 };
@@ -73,6 +74,7 @@ void run_bench(const BenchOptions& o) {
   h.max_waiting = std::max<int64_t>(o.concurrency, 1);
   h.max_model_len = o.input_len + o.output_len;
   h.gpu_memory_utilization = o.gpu_memory_utilization;
+  h.tensor_parallel_size = o.tensor_parallel_size;
   h.show_progress = true;
   EngineHost host(h);
   Engine& engine = host.engine();
@@ -159,6 +161,7 @@ void run_bench(const BenchOptions& o) {
         {"engine", host.describe()},
         {"model", o.model.model_dir},
         {"device", host.device()},
+        {"tensor_parallel_size", o.tensor_parallel_size},
         {"workload", {{"num_requests", o.num_requests}, {"input_len", o.input_len}, {"output_len", o.output_len},
                       {"concurrency", o.concurrency}, {"seed", o.seed}}},
         {"scheduler", {{"state_slots", host.scheduler_config().num_state_slots},
@@ -200,6 +203,9 @@ Command add_bench_offline(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                   "fraction of the GPU's memory for weights, state pool and KV cache")
+      ->capture_default_str();
+  cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                  "ranks: GPUs 0..N-1 (or CPU threads) that each hold a slice of the model")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "prompt seed")->capture_default_str();
   cmd->add_option("--json", o->json_out, "write the report (every request's timings) here");

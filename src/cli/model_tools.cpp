@@ -66,7 +66,7 @@ Command add_make_tiny_model(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   cmd->add_option("dir", *dir, "output directory")->required();
   cmd->add_option("--seed", o->seed, "weight seed")->capture_default_str();
-  cmd->add_option("--preset", o->preset, "tiny or 4b-geometry")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "tiny, tiny-wide, 4b-geometry or 27b-geometry")->capture_default_str();
   cmd->add_option("--layers", o->layers, "layer count (default: the preset's)");
   cmd->add_flag("--nested", o->nested, "write the Qwen3_5ForConditionalGeneration form (model.language_model.*)");
   auto tokenizer = std::make_shared<std::string>(DI_TOKENIZER_DIR);

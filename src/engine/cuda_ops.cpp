@@ -134,6 +134,9 @@ CudaOps::CudaOps(const ModelConfig& config, const ModelWeights& weights, const C
   DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
 
   DI_CHECK(options_.max_slots > 0, "CudaOps: max_slots must be positive, found {}", options_.max_slots);
+  DI_CHECK(!options_.group || device_.ordinal == options_.rank,
+           "CudaOps: tensor-parallel rank {} runs on GPU {}, the current device is {}", options_.rank, options_.rank,
+           device_.ordinal);
   DI_CHECK(options_.kv_block_size == 16 || options_.kv_block_size == 32 || options_.kv_block_size == 64,
            "CudaOps: KV block size must be 16, 32 or 64, found {}", options_.kv_block_size);
   upload_weights(weights);
@@ -577,15 +580,25 @@ bool CudaOps::step_is_decode() const { return step_ && step_->decode; }
 
 Tensor CudaOps::embed(const TensorView& table, const BatchPlan& plan) {
   check_step(plan, "embed");
-  const int64_t vocab = table.dim(0), hidden = table.dim(1);
+  const int64_t rows = table.dim(0), hidden = table.dim(1);
+  const int64_t vocab = options_.group ? rows * options_.group->size() : rows;
   for (int64_t t = 0; t < plan.n_tokens(); ++t) {
     const int64_t id = plan.token_ids[size_t(t)];
     DI_CHECK(id >= 0 && id < vocab, "token id {} at position {} is outside the vocabulary of {}", id, t, vocab);
   }
   Tensor x = new_tensor({plan.n_tokens(), hidden}, DType::bf16);
-  check_launch(kernels::launch_embed_rows(device_weight(table, "embedding"), step_->token_ids, plan.n_tokens(), hidden,
-                                          x.data(), stream()),
-               "embed_rows");
+  if (!options_.group) {
+    check_launch(kernels::launch_embed_rows(device_weight(table, "embedding"), step_->token_ids, plan.n_tokens(),
+                                            hidden, x.data(), stream()),
+                 "embed_rows");
+    return x;
+  }
+  // The rank's vocabulary slice; other ids give zero rows, and the sum over ranks (one non-zero
+  // row each) is exact in bf16.
+  check_launch(kernels::launch_embed_rows_slice(device_weight(table, "embedding"), options_.rank * rows, rows,
+                                                step_->token_ids, plan.n_tokens(), hidden, x.data(), stream()),
+               "embed_rows_slice");
+  options_.group->all_reduce_sum_bf16(options_.rank, x.data(), size_t(x.numel()), stream());
   return x;
 }
 
@@ -617,6 +630,33 @@ Tensor CudaOps::linear(const Tensor& x, const TensorView& weight) {
   DI_CHECK(weight.dim(1) == in, "linear: input width {} for a weight {}", in, shape_str(weight.shape));
   Tensor y = new_tensor({rows, out}, DType::bf16);
   gemm_.linear(x.data(), device_weight(weight, "linear"), y.data(), rows, out, in, stream());
+  return y;
+}
+
+Tensor CudaOps::linear_all_reduce(const Tensor& x, const TensorView& weight) {
+  if (!options_.group) return linear(x, weight);
+  check_cuda_tensor(x, DType::bf16, "linear_all_reduce input");
+  const int64_t in = x.dim(-1), rows = x.numel() / in, out = weight.dim(0);
+  DI_CHECK(weight.dim(1) == in, "linear_all_reduce: input width {} for a weight {}", in, shape_str(weight.shape));
+  Tensor partial = new_tensor({rows, out}, DType::f32);
+  gemm_.linear_f32_out(x.data(), device_weight(weight, "linear"), partial.as<float>(), rows, out, in, stream());
+  options_.group->all_reduce_sum_f32(options_.rank, partial.as<float>(), size_t(partial.numel()), stream());
+  Tensor y = new_tensor({rows, out}, DType::bf16);
+  check_launch(kernels::launch_f32_to_bf16(partial.as<float>(), partial.numel(), y.data(), stream()), "f32_to_bf16");
+  return y;
+}
+
+Tensor CudaOps::all_gather_columns(const Tensor& x) {
+  if (!options_.group) return x;
+  check_cuda_tensor(x, DType::bf16, "all_gather_columns input");
+  const int64_t n = x.dim(-1), rows = x.numel() / n, ranks = options_.group->size();
+  Tensor gathered = new_tensor({ranks, rows, n}, DType::bf16);
+  options_.group->all_gather_bf16(options_.rank, x.data(), gathered.data(), size_t(x.numel()), stream());
+  Tensor y = new_tensor({rows, ranks * n}, DType::bf16);
+  for (int64_t r = 0; r < ranks; ++r)  // rank r's [rows, n] block into columns [r*n, (r+1)*n)
+    DI_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint16_t*>(y.data()) + r * n, size_t(ranks * n) * 2,
+                                    static_cast<const uint16_t*>(gathered.data()) + r * rows * n, size_t(n) * 2,
+                                    size_t(n) * 2, size_t(rows), cudaMemcpyDeviceToDevice, stream()));
   return y;
 }
 

@@ -17,6 +17,7 @@
 #include <deltainfer/gdn.h>
 
 #include "core/cuda.h"
+#include "engine/device_group.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops.h"
 #include "kernels/sampling/sampling.h"
@@ -31,6 +32,10 @@ struct CudaOpsOptions {
   std::string gdn_prefill_backend;   // empty: production dispatch; otherwise a backend name (forced)
   bool decode_graphs = true;         // replay decode steps as CUDA graphs, one per batch size
   di_gdn_state_layout state_layout = DI_GDN_STATE_KV;
+  // One rank of a tensor-parallel run (model/tensor_parallel.h): the config and weights given are
+  // the rank's, the current device is its GPU, and the group joins the ranks. Null: the whole model.
+  const DeviceGroup* group = nullptr;
+  int rank = 0;
 };
 
 class CudaOps final : public Ops {
@@ -69,6 +74,9 @@ class CudaOps final : public Ops {
   Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const BatchPlan& plan,
                    int64_t attn_layer) override;
   Tensor sigmoid_gate(const Tensor& x, const Tensor& gate) override;
+
+  Tensor linear_all_reduce(const Tensor& x, const TensorView& weight) override;
+  Tensor all_gather_columns(const Tensor& x) override;
 
   std::vector<float> to_host(const Tensor& x) override;
 

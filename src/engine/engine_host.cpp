@@ -9,9 +9,12 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "engine/tensor_parallel_runner.h"
+#include "model/tensor_parallel.h"
 #if DI_HAVE_CUDA
 #include "core/cuda.h"
 #include "engine/cuda_ops.h"
+#include "engine/device_group.h"
 #endif
 
 namespace di {
@@ -81,49 +84,100 @@ EngineHost::EngineHost(const EngineHostOptions& o) {
     fail("max_model_len {} exceeds the model's max_position_embeddings {}", max_model_len, c.max_position_embeddings);
   if (std::filesystem::exists(loaded_.dir / "tokenizer.json")) tokenizer_.emplace(Tokenizer::load(loaded_.dir));
 
+  const int tp = o.tensor_parallel_size;
+  if (const std::string why = tensor_parallel_unsupported(c, tp); !why.empty()) fail("{}", why);
+  // What every rank sees: the whole model, or its slice of it.
+  const ModelConfig rank_c = tp > 1 ? rank_config(c, tp) : c;
+
   SchedulerConfig sc;
   sc.block_size = 64;
   sc.max_num_batched_tokens = o.max_num_batched_tokens;
   sc.max_waiting = o.max_waiting;
   sc.max_model_len = max_model_len;
+  TensorParallelRunner::MakeRank make_rank;
+  std::function<void()> abort_ranks;
 #if DI_HAVE_CUDA
   if (device_ == "cuda") {
+    std::shared_ptr<DeviceGroup> group;
+    if (tp > 1) {
+      group = std::make_shared<DeviceGroup>(tp);
+      device_group_ = group;
+      abort_ranks = [group] { group->abort(); };
+    }
     const cuda::DeviceInfo gpu = cuda::current_device();
     MemoryBudget budget;
     budget.device_total_bytes = gpu.total_memory;
     budget.utilization = o.gpu_memory_utilization;
-    budget.resident_bytes = checkpoint_bytes(loaded_.dir);
+    budget.resident_bytes = checkpoint_bytes(loaded_.dir) / uint64_t(tp);  // each rank's slice (norms are small)
     budget.activation_reserve_bytes = o.activation_reserve_bytes;
     budget.max_num_seqs = o.max_num_seqs;
     budget.max_model_len = max_model_len;
     budget.block_size = sc.block_size;
     budget.conv_columns = c.linear_conv_kernel_dim;  // CudaOps keeps the conv state kernel-wide
-    const MemoryPlan plan = plan_memory(c, budget);
+    const MemoryPlan plan = plan_memory(rank_c, budget);
     sc.num_state_slots = plan.num_state_slots;
     sc.num_kv_blocks = plan.num_kv_blocks;
-    ops_ = std::make_unique<CudaOps>(c, loaded_.weights,
-                                     CudaOpsOptions{.max_slots = int(plan.num_state_slots),
-                                                    .kv_cache_tokens = plan.kv_tokens(),
-                                                    .kv_block_size = int(sc.block_size),
-                                                    .gdn_prefill_backend = o.gdn_prefill_backend});
-    description_ = fmt::format("engine on {}: {}", cuda::describe(gpu), plan.describe());
+    const CudaOpsOptions ops_options{.max_slots = int(plan.num_state_slots),
+                                     .kv_cache_tokens = plan.kv_tokens(),
+                                     .kv_block_size = int(sc.block_size),
+                                     .gdn_prefill_backend = o.gdn_prefill_backend};
+    if (tp == 1) {
+      ops_ = std::make_unique<CudaOps>(c, loaded_.weights, ops_options);
+    } else {
+      make_rank = [this, tp, ops_options, group](int rank) {
+        DI_CUDA_CHECK(cudaSetDevice(rank));
+        TensorParallelRunner::Rank r;
+        r.weights = std::make_unique<RankWeights>(shard_weights(loaded_.config, loaded_.weights, tp, rank));
+        CudaOpsOptions ro = ops_options;
+        ro.group = group.get();
+        ro.rank = rank;
+        r.ops = std::make_unique<CudaOps>(r.weights->config, r.weights->weights, ro);
+        return r;
+      };
+    }
+    description_ = fmt::format("engine on {}{}: {}{}", cuda::describe(gpu), tp > 1 ? fmt::format(" x{}", tp) : "",
+                               plan.describe(), tp > 1 ? " per rank" : "");
   }
 #endif
-  if (!ops_) {
+  if (device_ == "cpu") {
     const int64_t kv_tokens = o.kv_cache_tokens > 0 ? o.kv_cache_tokens : o.max_num_seqs * max_model_len;
     sc.num_state_slots = o.max_num_seqs;
     sc.num_kv_blocks = (kv_tokens + sc.block_size - 1) / sc.block_size;
     if (sc.num_kv_blocks * sc.block_size < max_model_len)
       fail("kv_cache_tokens {} is less than max_model_len {}: not one full-length request would fit", kv_tokens,
            max_model_len);
-    ops_ = std::make_unique<CpuOps>(c, o.cpu_precision);
-    description_ = fmt::format("engine on the CPU ({}): {} sequences, {} tokens of KV cache, max_model_len {}",
-                               o.cpu_precision == Precision::bf16 ? "bf16" : "f32", sc.num_state_slots,
+    if (tp == 1) {
+      ops_ = std::make_unique<CpuOps>(c, o.cpu_precision);
+    } else {
+      host_group_ = std::make_unique<HostCollectives>(tp);
+      abort_ranks = [g = host_group_.get()] { g->abort(); };
+      make_rank = [this, tp, precision = o.cpu_precision](int rank) {
+        TensorParallelRunner::Rank r;
+        r.weights = std::make_unique<RankWeights>(shard_weights(loaded_.config, loaded_.weights, tp, rank));
+        r.ops = std::make_unique<CpuOps>(r.weights->config, precision, host_group_.get(), rank);
+        return r;
+      };
+    }
+    description_ = fmt::format("engine on the CPU ({}{}): {} sequences, {} tokens of KV cache, max_model_len {}",
+                               o.cpu_precision == Precision::bf16 ? "bf16" : "f32",
+                               tp > 1 ? fmt::format(", {} ranks", tp) : "", sc.num_state_slots,
                                sc.num_kv_blocks * sc.block_size, max_model_len);
   }
   sc.max_num_seqs = sc.num_state_slots;
-  model_ = std::make_unique<Qwen35Model>(c, loaded_.weights);
-  runner_ = std::make_unique<OpsModelRunner>(*model_, *ops_);
+  if (tp == 1) {
+    model_ = std::make_unique<Qwen35Model>(c, loaded_.weights);
+    runner_ = std::make_unique<OpsModelRunner>(*model_, *ops_);
+  } else {
+    runner_ = std::make_unique<TensorParallelRunner>(
+        tp,
+        [&make_rank](int rank) {
+          TensorParallelRunner::Rank r = make_rank(rank);
+          r.model = std::make_unique<Qwen35Model>(r.weights->config, r.weights->weights);
+          r.runner = std::make_unique<OpsModelRunner>(*r.model, *r.ops);
+          return r;
+        },
+        abort_ranks);
+  }
   EngineOptions eo{.scheduler = sc};
   for (int64_t id : model_stop_ids(loaded_, tokenizer())) eo.eos_ids.push_back(int32_t(id));
   engine_ = std::make_unique<Engine>(*runner_, c.vocab_size, eo, tokenizer());

@@ -8,6 +8,10 @@
 // bytes) and an activation reserve, shared between max_num_seqs state slots and KV blocks; the plan's
 // line is logged at start-up. On the CPU, memory grows with use: max_num_seqs slots and
 // kv_cache_tokens tokens of KV (default max_num_seqs x max_model_len) only bound the scheduler.
+//
+// Tensor parallelism (tensor_parallel_size > 1): every rank gets its slice of the weights and its own
+// Ops, state pool and KV cache (on GPU r, or a CPU thread), sized alike from rank 0's plan; the
+// engine's scheduler drives them all through a TensorParallelRunner.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -36,6 +40,7 @@ struct EngineHostOptions {
   uint64_t activation_reserve_bytes = uint64_t(3) << 30;  // GPU: left for the forward pass
   int64_t kv_cache_tokens = 0;            // CPU: KV bound (0: max_num_seqs x max_model_len)
   bool show_progress = false;             // a progress bar while the checkpoint is read
+  int tensor_parallel_size = 1;           // ranks (GPUs 0..N-1, or CPU threads); model/tensor_parallel.h
 };
 
 // Whether a CUDA device is visible (always false in a build without CUDA).
@@ -64,10 +69,12 @@ class EngineHost {
  private:
   std::string device_;
   LoadedModel loaded_;
-  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<Ops> ops_;  // one rank: its Ops and model (the ranks of a parallel run hold theirs)
   std::unique_ptr<Qwen35Model> model_;
+  std::unique_ptr<HostCollectives> host_group_;  // a parallel CPU run's collectives
+  std::shared_ptr<void> device_group_;           // a parallel GPU run's DeviceGroup (CUDA builds)
   std::optional<Tokenizer> tokenizer_;
-  std::unique_ptr<OpsModelRunner> runner_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Engine> engine_;
   std::string description_;
 };

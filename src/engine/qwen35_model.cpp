@@ -5,7 +5,8 @@
 namespace di {
 
 // Shapes: N = tokens in the step, H = hidden, Hk/Hv = GDN key/value heads of dk/dv,
-// Hq/Hkv = attention query/kv heads of D, I = intermediate.
+// Hq/Hkv = attention query/kv heads of D, I = intermediate. Under tensor parallelism every count is
+// the rank's (model/tensor_parallel.h) and the three output projections sum over the ranks.
 
 Tensor Qwen35Model::forward(const BatchPlan& plan, const std::vector<int64_t>& logit_rows, Ops& ops) const {
   const ModelConfig& c = config_;
@@ -31,7 +32,7 @@ Tensor Qwen35Model::forward(const BatchPlan& plan, const std::vector<int64_t>& l
   Tensor last = ops.gather_rows(x, logit_rows);                               // only the rows asked for
   last = ops.rms_norm(last, w_.final_norm, c.rms_norm_eps);
   trace("final_norm", last);
-  Tensor logits = ops.linear(last, w_.lm_head);                               // [rows, vocab]
+  Tensor logits = ops.all_gather_columns(ops.linear(last, w_.lm_head));       // [rows, vocab]
   trace("logits", logits);
   return logits;
 }
@@ -55,7 +56,7 @@ Tensor Qwen35Model::gdn_mixer(int64_t layer, const GdnWeights& G, const Tensor& 
   trace(name + "core", o);
   Tensor y = ops.gated_rms_norm(o, z, G.norm, c.rms_norm_eps);               // norm(o) * w * silu(z)
   trace(name + "normed", y);
-  return ops.linear(y, G.out_proj);                                          //                      [N, H]
+  return ops.linear_all_reduce(y, G.out_proj);                               // summed over ranks    [N, H]
 }
 
 Tensor Qwen35Model::attention_mixer(int64_t layer, const AttentionWeights& A, const Tensor& h, const BatchPlan& plan,
@@ -74,13 +75,13 @@ Tensor Qwen35Model::attention_mixer(int64_t layer, const AttentionWeights& A, co
   Tensor o = ops.attention(q, k, v, plan, c.index_within_kind(layer));       // softmax(q k^T / sqrt(D)) v
   o = ops.sigmoid_gate(o, gate);                                             // o * sigmoid(gate)
   trace(name + "gated", o);
-  return ops.linear(o, A.o_proj);                                            //                      [N, H]
+  return ops.linear_all_reduce(o, A.o_proj);                                 // summed over ranks    [N, H]
 }
 
 Tensor Qwen35Model::mlp(const MlpWeights& M, const Tensor& h, Ops& ops) const {
   Tensor gate = ops.linear(h, M.gate_proj);                                  //                      [N, I]
   Tensor up = ops.linear(h, M.up_proj);
-  return ops.linear(ops.swiglu(gate, up), M.down_proj);                      // down(silu(gate) * up)
+  return ops.linear_all_reduce(ops.swiglu(gate, up), M.down_proj);           // down(silu(gate) * up)
 }
 
 }  // namespace di

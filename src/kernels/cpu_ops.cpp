@@ -1,5 +1,6 @@
 #include "kernels/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,7 +25,11 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
 }
 }  // namespace
 
-CpuOps::CpuOps(const ModelConfig& config, Precision precision) : config_(config), precision_(precision) {}
+CpuOps::CpuOps(const ModelConfig& config, Precision precision, HostCollectives* group, int rank)
+    : config_(config), precision_(precision), group_(group), rank_(rank) {
+  DI_CHECK(group == nullptr ? rank == 0 : rank >= 0 && rank < group->size(), "CpuOps: rank {} of {}", rank,
+           group == nullptr ? 1 : group->size());
+}
 
 int CpuOps::alloc_slot() {
   int slot = 0;
@@ -59,13 +64,17 @@ const CpuOps::SlotState& CpuOps::slot_state(int slot) const {
 }
 
 Tensor CpuOps::embed(const TensorView& table, const BatchPlan& plan) {
-  const int64_t vocab = table.dim(0), hidden = table.dim(1);
+  const int64_t rows = table.dim(0), hidden = table.dim(1), first = rank_ * rows;
+  const int64_t vocab = group_ ? rows * group_->size() : rows;
   Tensor x = new_f32({plan.n_tokens(), hidden});
   for (int64_t t = 0; t < plan.n_tokens(); ++t) {
     const int64_t id = plan.token_ids[t];
     DI_CHECK(id >= 0 && id < vocab, "token id {} at position {} is outside the vocabulary of {}", id, t, vocab);
-    weight_to_f32(table, id * hidden, hidden, x.as<float>() + t * hidden, precision_);
+    float* row = x.as<float>() + t * hidden;
+    if (id >= first && id < first + rows) weight_to_f32(table, (id - first) * hidden, hidden, row, precision_);
+    else std::fill_n(row, hidden, 0.0f);  // another rank's slice
   }
+  if (group_) group_->all_reduce_sum(rank_, {x.as<float>(), size_t(x.numel())});  // one rank's row + zeros: exact
   return x;
 }
 
@@ -90,6 +99,30 @@ Tensor CpuOps::linear(const Tensor& x, const TensorView& weight) {
   const int64_t in = x.dim(-1), rows = x.numel() / in;
   Tensor y = new_f32({rows, weight.dim(0)});
   ref::linear(x.as<float>(), rows, in, weight, y.as<float>(), precision_);
+  return y;
+}
+
+Tensor CpuOps::linear_all_reduce(const Tensor& x, const TensorView& weight) {
+  if (!group_) return linear(x, weight);
+  check_f32_host(x, "linear_all_reduce input");
+  const int64_t in = x.dim(-1), rows = x.numel() / in;
+  Tensor y = new_f32({rows, weight.dim(0)});
+  ref::linear(x.as<float>(), rows, in, weight, y.as<float>(), precision_, /*round_output=*/false);
+  group_->all_reduce_sum(rank_, {y.as<float>(), size_t(y.numel())});
+  for (int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] = rnd(y.as<float>()[i], precision_);
+  return y;
+}
+
+Tensor CpuOps::all_gather_columns(const Tensor& x) {
+  if (!group_) return x;
+  check_f32_host(x, "all_gather_columns input");
+  const int64_t n = x.dim(-1), rows = x.numel() / n, ranks = group_->size();
+  std::vector<float> gathered(size_t(x.numel() * ranks));  // [ranks, rows, n]
+  group_->all_gather(rank_, {x.as<float>(), size_t(x.numel())}, gathered);
+  Tensor y = new_f32({rows, ranks * n});
+  for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(gathered.data() + (r * rows + i) * n, n, y.as<float>() + i * ranks * n + r * n);
   return y;
 }
 

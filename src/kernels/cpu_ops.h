@@ -1,8 +1,12 @@
 #pragma once
 // The CPU reference implementation of Ops: plain loops over float32 activations, rounding to bf16
 // exactly where transformers' bf16 run does when Precision::bf16 is chosen.
+//
+// With a HostCollectives group it is one rank of a tensor-parallel run (model/tensor_parallel.h):
+// the config and weights it is given are the rank's, and the collectives join the ranks.
 #include <vector>
 
+#include "kernels/host_collectives.h"
 #include "kernels/numerics.h"
 #include "kernels/ops.h"
 
@@ -10,7 +14,7 @@ namespace di {
 
 class CpuOps final : public Ops {
  public:
-  CpuOps(const ModelConfig& config, Precision precision);
+  CpuOps(const ModelConfig& config, Precision precision, HostCollectives* group = nullptr, int rank = 0);
 
   Precision precision() const { return precision_; }
 
@@ -37,6 +41,9 @@ class CpuOps final : public Ops {
                    int64_t attn_layer) override;
   Tensor sigmoid_gate(const Tensor& x, const Tensor& gate) override;
 
+  Tensor linear_all_reduce(const Tensor& x, const TensorView& weight) override;
+  Tensor all_gather_columns(const Tensor& x) override;
+
   std::vector<float> to_host(const Tensor& x) override;
 
   // A slot's state, for tests that compare states: conv [conv_dim, K] and recurrent [Hv, dk, dv]
@@ -56,6 +63,8 @@ class CpuOps final : public Ops {
 
   ModelConfig config_;
   Precision precision_;
+  HostCollectives* group_ = nullptr;  // null: the whole model on this rank
+  int rank_ = 0;
   std::vector<SlotState> slots_;
 };
 

@@ -55,6 +55,8 @@ class Ops {
   virtual void begin_step(const BatchPlan& plan) { (void)plan; }
 
   // x[t] = table[token_ids[t]]                                            -> [N, hidden]
+  // Under tensor parallelism the table is the rank's slice of the vocabulary (rows [rank*V/size,
+  // (rank+1)*V/size)): ids of other slices read as zero and an all-reduce joins the ranks' rows.
   virtual Tensor embed(const TensorView& table, const BatchPlan& plan) = 0;
   // Zero-centred RMSNorm over the last dim: x / rms(x) * (1 + w)           -> shape of x
   virtual Tensor rms_norm(const Tensor& x, const TensorView& weight, double eps) = 0;
@@ -92,6 +94,14 @@ class Ops {
                            int64_t attn_layer) = 0;
   // x * sigmoid(gate)
   virtual Tensor sigmoid_gate(const Tensor& x, const Tensor& gate) = 0;
+
+  // --- Tensor parallelism (model/tensor_parallel.h); on one rank these are plain ops ----------
+  // x @ W^T where the rank holds a slice of W's input features (o_proj, out_proj, down_proj): the
+  // ranks' float32 partial sums are added, then rounded once, as the unsplit GEMM rounds once.
+  virtual Tensor linear_all_reduce(const Tensor& x, const TensorView& weight) { return linear(x, weight); }
+  // [rows, n] on every rank -> [rows, size*n], the ranks' columns side by side in rank order (the
+  // logits of the vocabulary-parallel lm_head).
+  virtual Tensor all_gather_columns(const Tensor& x) { return x; }
 
   // Host copy of a tensor as float32 (for logits and debugging).
   virtual std::vector<float> to_host(const Tensor& x) = 0;

@@ -121,8 +121,26 @@ ModelConfig tiny_model_config(const TinyModelOptions& o) {
     c.num_kv_heads = 4;
     c.linear_num_key_heads = 16;
     c.linear_num_value_heads = 32;
+  } else if (o.preset == "tiny-wide") {
+    // tiny with eight attention and GDN value heads: every tensor-parallel size up to 8 splits it.
+    c.hidden_size = 64;
+    c.intermediate_size = 256;
+    c.num_layers = 8;
+    c.num_attention_heads = 8;
+    c.num_kv_heads = 2;
+    c.linear_num_key_heads = 4;
+    c.linear_num_value_heads = 8;
+  } else if (o.preset == "27b-geometry") {
+    c.hidden_size = 5120;
+    c.intermediate_size = 17408;
+    c.num_layers = 64;
+    c.num_attention_heads = 24;
+    c.num_kv_heads = 4;
+    c.linear_num_key_heads = 16;
+    c.linear_num_value_heads = 48;
+    c.tie_word_embeddings = false;
   } else {
-    fail("make-tiny-model: unknown preset '{}' (known: tiny, 4b-geometry)", o.preset);
+    fail("make-tiny-model: unknown preset '{}' (known: tiny, tiny-wide, 4b-geometry, 27b-geometry)", o.preset);
   }
   if (o.layers < 0) fail("make-tiny-model: --layers must be positive, found {}", o.layers);
   if (o.layers > 0) c.num_layers = o.layers;
@@ -140,6 +158,7 @@ void write_tiny_model(const std::filesystem::path& dir, const TinyModelOptions& 
   std::vector<TensorToWrite> tensors;
   for (const ExpectedTensor& e : expected_tensors(c, o.nested ? "model.language_model." : "model."))
     tensors.push_back(make_tensor(e.name, e.shape, rng));
+  if (!c.tie_word_embeddings) tensors.push_back(make_tensor("lm_head.weight", {c.vocab_size, c.hidden_size}, rng));
   if (o.nested) {
     // Parts of a real composite checkpoint that the text model ignores.
     tensors.push_back(make_tensor("mtp.fc.weight", {c.hidden_size, 2 * c.hidden_size}, rng));

@@ -10,7 +10,7 @@
 namespace di {
 
 struct TinyModelOptions {
-  std::string preset = "tiny";  // "tiny" or "4b-geometry"
+  std::string preset = "tiny";  // "tiny", "tiny-wide", "4b-geometry" or "27b-geometry"
   uint64_t seed = 0;
   int64_t layers = 0;           // 0: the preset's count
   bool nested = false;          // Qwen3_5ForConditionalGeneration form, model.language_model.* names,

@@ -18,14 +18,26 @@ std::filesystem::path fresh_temp_dir(const std::string& name) {
 namespace {
 struct TinyModelDir {
   std::filesystem::path dir;
-  TinyModelDir() : dir(fresh_temp_dir("tiny")) { write_tiny_model(dir, TinyModelOptions{}); }
+  explicit TinyModelDir(const std::string& preset) : dir(fresh_temp_dir(preset)) {
+    write_tiny_model(dir, TinyModelOptions{.preset = preset});
+  }
   ~TinyModelDir() { std::filesystem::remove_all(dir); }
 };
 }  // namespace
 
 const std::filesystem::path& tiny_model_dir() {
-  static TinyModelDir model;
+  static TinyModelDir model("tiny");
   return model.dir;
+}
+
+const std::filesystem::path& tiny_wide_model_dir() {
+  static TinyModelDir model("tiny-wide");
+  return model.dir;
+}
+
+const LoadedModel& tiny_wide_model() {
+  static LoadedModel model = load_model(tiny_wide_model_dir());
+  return model;
 }
 
 const LoadedModel& tiny_model() {

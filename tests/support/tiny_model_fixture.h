@@ -17,6 +17,11 @@ const std::filesystem::path& tiny_model_dir();
 // The tiny model loaded once per test binary.
 const LoadedModel& tiny_model();
 
+// The "tiny-wide" preset (eight attention and GDN value heads: every tensor-parallel size up to 8
+// splits it), written and loaded once.
+const std::filesystem::path& tiny_wide_model_dir();
+const LoadedModel& tiny_wide_model();
+
 std::filesystem::path fresh_temp_dir(const std::string& name);
 
 }  // namespace di::testing

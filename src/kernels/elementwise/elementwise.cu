@@ -8,11 +8,17 @@ namespace {
 constexpr int kThreads = 256;
 
 // Copies rows of 16-byte vectors when the width allows it (every model width is a multiple of 8).
+// dst[r] = src[rows[r] - first] for rows in [first, first + count), zero for the others (the rows a
+// vocabulary slice does not hold).
 __global__ void gather_rows_kernel(const bf16* __restrict__ src, const int32_t* __restrict__ rows, int64_t width,
-                                   bf16* __restrict__ dst) {
-  const int64_t r = blockIdx.x;
-  const bf16* s = src + int64_t(rows[r]) * width;
+                                   int64_t first, int64_t count, bf16* __restrict__ dst) {
+  const int64_t r = blockIdx.x, row = int64_t(rows[r]) - first;
   bf16* d = dst + r * width;
+  if (row < 0 || row >= count) {
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = __float2bfloat16(0.0f);
+    return;
+  }
+  const bf16* s = src + row * width;
   if (width % 8 == 0) {
     const uint4* s4 = reinterpret_cast<const uint4*>(s);
     uint4* d4 = reinterpret_cast<uint4*>(d);
@@ -74,11 +80,20 @@ cudaError_t launch_embed_rows(const void* table, const int32_t* ids, int64_t n, 
   return launch_gather_rows(table, ids, n, width, out, stream);
 }
 
+cudaError_t launch_embed_rows_slice(const void* table, int64_t first_id, int64_t table_rows, const int32_t* ids,
+                                    int64_t n, int64_t width, void* out, cudaStream_t stream) {
+  if (n < 0 || width <= 0 || first_id < 0 || table_rows <= 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(static_cast<const bf16*>(table), ids, width, first_id, table_rows,
+                                                       static_cast<bf16*>(out));
+  return cudaGetLastError();
+}
+
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, int64_t n, int64_t width, void* out,
                                cudaStream_t stream) {
   if (n < 0 || width <= 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(static_cast<const bf16*>(x), rows, width,
+  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(static_cast<const bf16*>(x), rows, width, 0, INT64_MAX,
                                                        static_cast<bf16*>(out));
   return cudaGetLastError();
 }

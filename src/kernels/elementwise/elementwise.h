@@ -12,6 +12,10 @@ namespace di::kernels {
 // out[t, :] = table[ids[t], :]       table bf16 [vocab, width]; ids int32 [n]; out bf16 [n, width]
 cudaError_t launch_embed_rows(const void* table, const int32_t* ids, int64_t n, int64_t width, void* out,
                               cudaStream_t stream);
+// The same from a vocabulary slice, table = rows [first_id, first_id + table_rows): ids outside it
+// give zero rows (a tensor-parallel rank's embedding; an all-reduce adds the ranks' rows)
+cudaError_t launch_embed_rows_slice(const void* table, int64_t first_id, int64_t table_rows, const int32_t* ids,
+                                    int64_t n, int64_t width, void* out, cudaStream_t stream);
 // out[i, :] = x[rows[i], :]          x bf16 [*, width]; rows int32 [n]
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, int64_t n, int64_t width, void* out,
                                cudaStream_t stream);

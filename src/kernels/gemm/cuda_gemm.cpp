@@ -31,8 +31,8 @@ CublasLtGemm::~CublasLtGemm() {
 // cuBLASLt is column-major. Row-major y [M, N] is column-major y^T [N, M], so we compute
 // y^T = w · x^T: A = w (stored as column-major [K, N], used transposed), B = x^T (column-major
 // [K, M]), C = D = y^T (column-major [N, M]).
-const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K) {
-  const auto key = std::make_tuple(M, N, K);
+const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K, bool f32_out) {
+  const auto key = std::make_tuple(M, N, K, f32_out);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
   check_cublas(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
@@ -42,7 +42,8 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K
   check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)), "TRANSB");
   check_cublas(cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, uint64_t(K), uint64_t(N), K), "weight layout");
   check_cublas(cublasLtMatrixLayoutCreate(&p.x, CUDA_R_16BF, uint64_t(K), uint64_t(M), K), "input layout");
-  check_cublas(cublasLtMatrixLayoutCreate(&p.y, CUDA_R_16BF, uint64_t(N), uint64_t(M), N), "output layout");
+  check_cublas(cublasLtMatrixLayoutCreate(&p.y, f32_out ? CUDA_R_32F : CUDA_R_16BF, uint64_t(N), uint64_t(M), N),
+               "output layout");
 
   cublasLtMatmulPreference_t pref = nullptr;
   check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -55,19 +56,30 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   check_cublas(status, "algorithm heuristic");
-  if (found == 0) fail("cuBLASLt has no algorithm for a bf16 GEMM of M={} N={} K={}", M, N, K);
+  if (found == 0)
+    fail("cuBLASLt has no algorithm for a bf16 GEMM of M={} N={} K={} ({} output)", M, N, K, f32_out ? "f32" : "bf16");
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }
 
 void CublasLtGemm::linear(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  run(x, w, y, M, N, K, /*f32_out=*/false, stream);
+}
+
+void CublasLtGemm::linear_f32_out(const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K,
+                                  cudaStream_t stream) {
+  run(x, w, y, M, N, K, /*f32_out=*/true, stream);
+}
+
+void CublasLtGemm::run(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
+                       cudaStream_t stream) {
   DI_CHECK(M >= 0 && N > 0 && K > 0, "linear: invalid GEMM shape M={} N={} K={}", M, N, K);
   if (M == 0) return;
-  const Plan& p = plan_for(M, N, K);
+  const Plan& p = plan_for(M, N, K, f32_out);
   const float alpha = 1.0f, beta = 0.0f;
   check_cublas(cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &p.algo, workspace_,
                               workspace_bytes_, stream),
-               "bf16 linear");
+               f32_out ? "bf16 linear (f32 out)" : "bf16 linear");
 }
 
 }  // namespace di::kernels

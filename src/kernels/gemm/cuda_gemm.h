@@ -20,6 +20,8 @@ class CublasLtGemm {
 
   // y [M, N] = x [M, K] · w [N, K]^T, all row-major bf16 (a linear layer with weight w).
   void linear(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+  // The same with y float32, not rounded: a partial sum that other ranks' are added to first.
+  void linear_f32_out(const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
 
   size_t workspace_bytes() const { return workspace_bytes_; }
   size_t cached_plans() const { return plans_.size(); }
@@ -30,12 +32,13 @@ class CublasLtGemm {
     cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan_for(int64_t M, int64_t N, int64_t K);
+  const Plan& plan_for(int64_t M, int64_t N, int64_t K, bool f32_out);
+  void run(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan> plans_;
 };
 
 }  // namespace di::kernels

@@ -7,7 +7,8 @@
 
 namespace di::ref {
 
-void linear(const float* x, int64_t n_rows, int64_t in, const TensorView& w, float* y, Precision p) {
+void linear(const float* x, int64_t n_rows, int64_t in, const TensorView& w, float* y, Precision p,
+            bool round_output) {
   DI_CHECK(w.shape.size() == 2 && w.shape[1] == in, "linear: weight of shape {} does not take {} inputs",
            shape_str(w.shape), in);
   const int64_t out = w.shape[0];
@@ -28,7 +29,7 @@ void linear(const float* x, int64_t n_rows, int64_t in, const TensorView& w, flo
           float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
           for (int64_t i = 0; i < in; ++i) acc += xr[i] * wr[i];
-          y[r * out + o] = rnd(acc, p);
+          y[r * out + o] = round_output ? rnd(acc, p) : acc;
         }
       }
     }
