@@ -11,13 +11,13 @@
 #          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
-#        gdn,peers,engine,offline,cli,hf (default: all); DI_CMAKE_ARGS adds CMake arguments (e.g.
+#        gdn,peers,engine,offline,tp,cli,hf (default: all; tp needs 2 or more GPUs); DI_CMAKE_ARGS adds CMake arguments (e.g.
 #        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler);
 #        (LOG_DIR defaults to $OUT, else gpu-logs; the two variables, read where the tree was sent
 #        from, go into every binary's provenance because the copy's .git is not that tree's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,peers,engine,offline,cli,hf"
+prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,peers,engine,offline,tp,cli,hf"
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt=$2; shift 2 ;;
@@ -80,6 +80,19 @@ if [ $need4b -eq 1 ] && [ ! -f "$model4b/model.safetensors" ]; then
   row "4b-geometry checkpoint" "written in $(( $(date +%s) - t )) s"
 fi
 [ -f "$model4b/model.safetensors" ] && export DI_4B_MODEL_DIR=$model4b
+
+# With several GPUs: the 27b-geometry model with 16 of its 64 layers (every shape of the 27B, a quarter
+# of its depth, so that it is written and loaded in the round's time) for the tensor-parallel gate
+# and benchmark.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+model27b=/tmp/deltainfer-27b-geometry-16-layers
+if [ "$gpus" -ge 2 ] && { want tp || [ $tests -eq 1 ]; } && [ ! -f "$model27b/model.safetensors" ]; then
+  t=$(date +%s)
+  "$build/deltainfer" make-tiny-model --preset 27b-geometry --layers 16 --no-tokenizer "$model27b" \
+    >"$logs/make-27b.log" 2>&1 || { echo "make-tiny-model 27b-geometry failed" >&2; failed=1; }
+  row "27b-geometry checkpoint (16 layers)" "written in $(( $(date +%s) - t )) s"
+fi
+[ -f "$model27b/model.safetensors" ] && export DI_27B_MODEL_DIR=$model27b
 
 # 2. Tests.
 if [ $tests -eq 1 ]; then
@@ -151,6 +164,47 @@ if want offline; then
   python3 -c "import json, sys; json.dump([json.load(open(f)) for f in sys.argv[1:]], open('$logs/offline.json', 'w'), indent=1)" \
     /tmp/offline_c*.json 2>>"$logs/offline.txt" || true
 fi
+if want tp && [ "$gpus" -ge 2 ]; then
+  # Tensor parallelism against one GPU, interleaved 1, N, N, 1 for every size the machine has:
+  # prefill (2048 tokens in, 1 out, one at a time) and serving (1024 in, 256 out, concurrency 1 and
+  # 16) through bench-offline; every report in tp.json, their output in tp-runs.txt, a table in tp.txt.
+  : >"$logs/tp.txt"
+  : >"$logs/tp-runs.txt"
+  rm -f /tmp/tp_*.json
+  sizes=""
+  for n in 2 4 8; do [ "$gpus" -ge $n ] && sizes="$sizes $n"; done
+  i=0
+  for model in "$model4b" "$model27b"; do
+    [ -f "$model/model.safetensors" ] || continue
+    for n in $sizes; do
+      for tp in 1 $n $n 1; do
+        for scenario in "2048 1 1 8" "1024 256 1 2" "1024 256 16 32"; do
+          set -- $scenario
+          i=$((i + 1))
+          if ! "$build/deltainfer" bench-offline --model "$model" --device cuda --tensor-parallel-size $tp \
+              --input-len $1 --output-len $2 --concurrency $3 --num-requests $4 --max-num-seqs 64 \
+              --json "/tmp/tp_$i.json" >>"$logs/tp-runs.txt" 2>&1; then
+            row "bench-offline tp $tp $(basename "$model") $scenario" "FAILED (tp-runs.txt)"; failed=1
+          fi
+        done
+      done
+    done
+  done
+  python3 - "$logs" /tmp/tp_*.json <<'PY' 2>>"$logs/tp-runs.txt" || true
+import json, sys
+logs, files = sys.argv[1], sys.argv[2:]
+reports = [json.load(open(f)) for f in sorted(files, key=lambda f: int(f.split('_')[-1].split('.')[0]))]
+json.dump(reports, open(f"{logs}/tp.json", "w"), indent=1)
+with open(f"{logs}/tp.txt", "a") as out:
+    out.write("| model | TP | in/out x conc | output tok/s | total tok/s | TTFT p50 ms | TPOT p50 ms |\n|---|---|---|---|---|---|---|\n")
+    for r in reports:
+        w = r["workload"]
+        out.write(f"| {r['model'].split('/')[-1]} | {r['tensor_parallel_size']} | {w['input_len']}/{w['output_len']} x {w['concurrency']} "
+                  f"| {r['output_tokens_per_s']:.1f} | {r['total_tokens_per_s']:.1f} | {1e3 * r['ttft_s']['p50']:.1f} "
+                  f"| {1e3 * r['tpot_s']['p50']:.2f} |\n")
+PY
+  row "tensor parallelism (bench-offline)" "$(grep -c '^| deltainfer' "$logs/tp.txt") runs (tp.txt)"
+fi
 if want cli; then
   t0=$(date +%s.%N)
   "$build/deltainfer" generate --model "$model4b" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 1 \
@@ -167,7 +221,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed

@@ -41,9 +41,9 @@ DeviceGroup::DeviceGroup(int size) {
   if (const std::string why = unavailable(size); !why.empty()) fail("{}", why);
 #if DI_HAVE_NCCL
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
-  std::vector<int> devices(size_t(size));
+  std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), 0);
-  std::vector<ncclComm_t> comms(size_t(size));
+  std::vector<ncclComm_t> comms(static_cast<size_t>(size));
   check_nccl(ncclCommInitAll(comms.data(), size, devices.data()), "ncclCommInitAll");
   for (ncclComm_t c : comms) comms_.push_back(c);
   spdlog::info("tensor parallelism: {}", describe());

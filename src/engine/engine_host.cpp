@@ -57,7 +57,21 @@ uint64_t checkpoint_bytes(const std::filesystem::path& dir) {
     if (entry.is_regular_file() && entry.path().extension() == ".safetensors") total += entry.file_size();
   return total;
 }
+// Sampling on the GPU where the logits are (CudaOps::sample): only the ids come back.
+OpsModelRunner::DeviceSampler device_sampler(CudaOps& ops) {
+  return [&ops](const Tensor& logits, const std::vector<SamplingParams>& params, const std::vector<uint64_t>& steps) {
+    std::vector<sampling::SamplingRow> rows;
+    for (size_t i = 0; i < params.size(); ++i) rows.push_back(sampling::make_sampling_row(params[i], steps[i]));
+    return ops.sample(logits, rows);
+  };
+}
 #endif
+
+// A rank's model and runner over its Ops and weights.
+void finish_rank(TensorParallelRunner::Rank& r, OpsModelRunner::DeviceSampler sampler) {
+  r.model = std::make_unique<Qwen35Model>(r.weights->config, r.weights->weights);
+  r.runner = std::make_unique<OpsModelRunner>(*r.model, *r.ops, std::move(sampler));
+}
 
 }  // namespace
 
@@ -131,7 +145,10 @@ EngineHost::EngineHost(const EngineHostOptions& o) {
         CudaOpsOptions ro = ops_options;
         ro.group = group.get();
         ro.rank = rank;
-        r.ops = std::make_unique<CudaOps>(r.weights->config, r.weights->weights, ro);
+        auto ops = std::make_unique<CudaOps>(r.weights->config, r.weights->weights, ro);
+        OpsModelRunner::DeviceSampler sampler = device_sampler(*ops);
+        r.ops = std::move(ops);
+        finish_rank(r, std::move(sampler));
         return r;
       };
     }
@@ -155,6 +172,7 @@ EngineHost::EngineHost(const EngineHostOptions& o) {
         TensorParallelRunner::Rank r;
         r.weights = std::make_unique<RankWeights>(shard_weights(loaded_.config, loaded_.weights, tp, rank));
         r.ops = std::make_unique<CpuOps>(r.weights->config, precision, host_group_.get(), rank);
+        finish_rank(r, {});
         return r;
       };
     }
@@ -166,17 +184,13 @@ EngineHost::EngineHost(const EngineHostOptions& o) {
   sc.max_num_seqs = sc.num_state_slots;
   if (tp == 1) {
     model_ = std::make_unique<Qwen35Model>(c, loaded_.weights);
-    runner_ = std::make_unique<OpsModelRunner>(*model_, *ops_);
+    OpsModelRunner::DeviceSampler sampler;
+#if DI_HAVE_CUDA
+    if (auto* cuda_ops = dynamic_cast<CudaOps*>(ops_.get())) sampler = device_sampler(*cuda_ops);
+#endif
+    runner_ = std::make_unique<OpsModelRunner>(*model_, *ops_, std::move(sampler));
   } else {
-    runner_ = std::make_unique<TensorParallelRunner>(
-        tp,
-        [&make_rank](int rank) {
-          TensorParallelRunner::Rank r = make_rank(rank);
-          r.model = std::make_unique<Qwen35Model>(r.weights->config, r.weights->weights);
-          r.runner = std::make_unique<OpsModelRunner>(*r.model, *r.ops);
-          return r;
-        },
-        abort_ranks);
+    runner_ = std::make_unique<TensorParallelRunner>(tp, make_rank, abort_ranks);
   }
   EngineOptions eo{.scheduler = sc};
   for (int64_t id : model_stop_ids(loaded_, tokenizer())) eo.eos_ids.push_back(int32_t(id));

@@ -4,7 +4,8 @@
 
 namespace di {
 
-OpsModelRunner::OpsModelRunner(const Qwen35Model& model, Ops& ops) : model_(model), ops_(ops) {}
+OpsModelRunner::OpsModelRunner(const Qwen35Model& model, Ops& ops, DeviceSampler sampler)
+    : model_(model), ops_(ops), sampler_(std::move(sampler)) {}
 
 OpsModelRunner::~OpsModelRunner() {
   for (auto& [id, l] : live_)
@@ -64,6 +65,17 @@ std::vector<int32_t> OpsModelRunner::run(const StepPlan& step) {
   Tensor logits = ops_.run_forward(plan, rows, /*graphable=*/!model_.observer,
                                   [&] { return model_.forward(plan, rows, ops_); });
   if (rows.empty()) return {};
+  if (sampler_) {
+    std::vector<SamplingParams> params;
+    std::vector<uint64_t> steps;
+    for (Live* l : samplers) {
+      params.push_back(l->sampling);
+      steps.push_back(l->drawn++);
+    }
+    std::vector<int32_t> tokens = sampler_(logits, params, steps);
+    DI_CHECK(tokens.size() == rows.size(), "OpsModelRunner: {} tokens sampled for {} rows", tokens.size(), rows.size());
+    return tokens;
+  }
   const std::vector<float> host = ops_.to_host(logits);
   const int64_t vocab = model_.config().vocab_size;
   DI_CHECK(int64_t(host.size()) == int64_t(rows.size()) * vocab, "OpsModelRunner: {} logits for {} rows of {}",
@@ -72,6 +84,7 @@ std::vector<int32_t> OpsModelRunner::run(const StepPlan& step) {
   tokens.reserve(rows.size());
   for (size_t r = 0; r < rows.size(); ++r)
     tokens.push_back(int32_t(sample_token(host.data() + r * size_t(vocab), vocab, samplers[r]->sampling, samplers[r]->rng)));
+  for (Live* l : samplers) ++l->drawn;
   return tokens;
 }
 

@@ -8,6 +8,7 @@
 // parameters and its own seeded generator, so a request's tokens do not depend on what it was
 // batched with, nor on a preemption (the tokens it already has are fed back, not drawn again).
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -20,7 +21,15 @@ namespace di {
 
 class OpsModelRunner final : public ModelRunner {
  public:
-  OpsModelRunner(const Qwen35Model& model, Ops& ops);
+  // Draws one token per row of the step's logits where they lie (CudaOps::sample: only the ids
+  // cross to the host): row r with params[r], as the request's draw number steps[r] (a pure
+  // function of seed and step, so a request's tokens still do not depend on its batch).
+  using DeviceSampler = std::function<std::vector<int32_t>(
+      const Tensor& logits, const std::vector<SamplingParams>& params, const std::vector<uint64_t>& steps)>;
+
+  // Without a device sampler the logits come to the host and each request draws from its own
+  // seeded std::mt19937_64 (kernels/sampling/ref.h).
+  OpsModelRunner(const Qwen35Model& model, Ops& ops, DeviceSampler sampler = {});
   ~OpsModelRunner() override;
   OpsModelRunner(const OpsModelRunner&) = delete;
   OpsModelRunner& operator=(const OpsModelRunner&) = delete;
@@ -39,12 +48,14 @@ class OpsModelRunner final : public ModelRunner {
     SamplingParams sampling;
     std::mt19937_64 rng;
     int ops_slot = -1;
-    int64_t fed = 0;  // tokens in the slot's state
+    int64_t fed = 0;    // tokens in the slot's state
+    uint64_t drawn = 0;  // tokens sampled so far (kept across a preemption: they are fed back)
   };
   Live& live(int64_t id);
 
   const Qwen35Model& model_;
   Ops& ops_;
+  DeviceSampler sampler_;
   std::unordered_map<int64_t, Live> live_;
 };
 

@@ -106,7 +106,8 @@ TEST_F(GpuModel, EveryIntermediateTracksTheCpuReference) {
 // the production GDN prefill backend and with the baseline forced. Layer 0 sees identical inputs in
 // both runs, so its recurrent states differ only by the backend's arithmetic at other chunk
 // boundaries: float32 summation order for the baseline (kF32ChunkingState), bf16 tensor-core operands
-// for sm90 (kF32GdnTensorCoreState, the kernel's own error against the oracle).
+// for sm90 (kF32GdnTensorCoreState, the kernel's own error against the oracle); deeper layers see
+// rounding flips (kBf16RunState, kBf16RunStateTensorCoreGdn).
 TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const ModelConfig& c = tiny().config;
@@ -119,6 +120,8 @@ TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
     SCOPED_TRACE("GDN prefill backend " + backend);
     const testing::Tolerance layer0_state =
         backend == "baseline" ? testing::kF32ChunkingState : testing::kF32GdnTensorCoreState;
+    const testing::Tolerance deeper_state =
+        backend == "baseline" ? testing::kBf16RunState : testing::kBf16RunStateTensorCoreGdn;
     Sequence whole(model, gpu);
     const std::vector<float> whole_logits = whole.feed(tokens);
     const int64_t gdn_layers = c.num_layers_of(LayerKind::linear_attention);
@@ -139,8 +142,8 @@ TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
           EXPECT_TRUE(all_close(conv_p, conv_w, testing::kExactF32, layer + " conv state"));
           EXPECT_TRUE(all_close(rec_p, rec_w, layer0_state, layer + " recurrent state"));
         } else {
-          EXPECT_TRUE(all_close(conv_p, conv_w, testing::kBf16RunState, layer + " conv state"));
-          EXPECT_TRUE(all_close(rec_p, rec_w, testing::kBf16RunState, layer + " recurrent state"));
+          EXPECT_TRUE(all_close(conv_p, conv_w, deeper_state, layer + " conv state"));
+          EXPECT_TRUE(all_close(rec_p, rec_w, deeper_state, layer + " recurrent state"));
         }
       }
     }
