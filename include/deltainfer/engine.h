@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define DI_ENGINE_ABI_VERSION 1
+#define DI_ENGINE_ABI_VERSION 2
 
 typedef struct di_engine di_engine;
 
@@ -63,6 +63,7 @@ typedef struct {
   int64_t max_model_len;             /* prompt + output of one request; 0: min(32768, the model's) */
   double gpu_memory_utilization;     /* GPU: fraction of its memory the engine may use, (0, 1] */
   int64_t kv_cache_tokens;           /* CPU: KV bound (0: max_num_seqs x max_model_len) */
+  int32_t tensor_parallel_size;      /* ranks: GPUs 0..N-1 (or CPU threads), each a slice of the model (1) */
 } di_engine_options;
 
 typedef struct {

@@ -49,6 +49,7 @@ void di_engine_default_options(di_engine_options* o) {
   o->max_model_len = d.max_model_len;
   o->gpu_memory_utilization = d.gpu_memory_utilization;
   o->kv_cache_tokens = d.kv_cache_tokens;
+  o->tensor_parallel_size = d.tensor_parallel_size;
 }
 
 void di_engine_default_request(di_engine_request* r) {
@@ -84,6 +85,7 @@ int di_engine_create(const di_engine_options* o, di_engine** engine, char* error
   h.max_model_len = o->max_model_len;
   h.gpu_memory_utilization = o->gpu_memory_utilization;
   h.kv_cache_tokens = o->kv_cache_tokens;
+  h.tensor_parallel_size = o->tensor_parallel_size;
   try {
     auto e = std::make_unique<di_engine>();
     e->host = std::make_unique<di::EngineHost>(h);

@@ -1,7 +1,8 @@
 /* The serving engine through its C ABI (include/deltainfer/engine.h), from C, on the CPU with the
  * tiny model in argv[1]: requests by ids and by text, streamed from two threads at once; the same
- * greedy prompt twice gives the same tokens; a cancel ends a stream; bad input gets a status and a
- * message, never a crash. Exits nonzero on the first failed check. */
+ * greedy prompt twice gives the same tokens; a cancel ends a stream; bad input (an unknown device, a
+ * missing model, a tensor-parallel size the model does not split into) gets a status and a message,
+ * never a crash. Exits nonzero on the first failed check. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,10 @@ int main(int argc, char** argv) {
   bad.model_dir = "/nonexistent/model";
   CHECK(di_engine_create(&bad, &engine, error, sizeof error) == DI_ENGINE_FAILED, "missing model");
   CHECK(di_engine_create(NULL, &engine, error, sizeof error) == DI_ENGINE_INVALID_ARGUMENT, "NULL options");
+  bad = options;
+  bad.tensor_parallel_size = 3; /* the tiny model's 4 attention heads do not split three ways */
+  CHECK(di_engine_create(&bad, &engine, error, sizeof error) == DI_ENGINE_FAILED && engine == NULL, "3 ranks");
+  CHECK(strstr(error, "4 attention heads") != NULL, "the error names the heads: %s", error);
 
   if (di_engine_create(&options, &engine, error, sizeof error) != DI_ENGINE_OK) {
     fprintf(stderr, "di_engine_create: %s\n", error);
