@@ -12,7 +12,8 @@
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
 #        gdn,peers,engine,offline,tp,cli,hf (default: all; tp needs 2 or more GPUs); DI_CMAKE_ARGS adds CMake arguments (e.g.
-#        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler);
+#        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler); DI_OFFLINE_CONCURRENCY picks the offline
+#        benchmark's concurrency levels (default "1 8 16 64");
 #        (LOG_DIR defaults to $OUT, else gpu-logs; the two variables, read where the tree was sent
 #        from, go into every binary's provenance because the copy's .git is not that tree's)
 set -uo pipefail
@@ -150,7 +151,7 @@ if want offline; then
   # The runtime's serving figures: 1024 tokens in, 256 out, at concurrency 1, 8, 16 and 64 through the
   # engine in process (docs/runtime.md); every report in offline.json, one line each.
   : >"$logs/offline.txt"
-  for conc in 1 8 16 64; do
+  for conc in ${DI_OFFLINE_CONCURRENCY:-1 8 16 64}; do
     n=$(( conc < 4 ? 4 : 2 * conc ))
     out=/tmp/offline_c$conc.txt
     if "$build/deltainfer" bench-offline --model "$model4b" --device cuda --num-requests $n --input-len 1024 \

@@ -34,6 +34,7 @@ struct BenchOptions {
   int64_t max_num_batched_tokens = 2048;
   double gpu_memory_utilization = 0.9;
   int tensor_parallel_size = 1;
+  int64_t warmup = -1;  // -1: min(concurrency, num_requests)
   uint64_t seed = 0;
   std::string json_out;
 };
@@ -81,57 +82,73 @@ void run_bench(const BenchOptions& o) {
   const int64_t vocab = host.config().vocab_size;
 
   // Random prompts (ids drawn uniformly, seeded), each request generating exactly output_len tokens.
+  // The warm-up requests come first, from the same generator, and are not timed: they take the
+  // one-time costs (cuBLASLt's algorithm choice, NCCL's connections, decode-graph captures).
+  const int64_t warmup = o.warmup >= 0 ? o.warmup : std::min(o.concurrency, o.num_requests);
   std::mt19937_64 rng(o.seed);
-  std::vector<std::vector<int32_t>> prompts(size_t(o.num_requests));
-  for (auto& p : prompts) {
-    p.resize(size_t(o.input_len));
-    for (auto& t : p) t = int32_t(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
-  }
-  std::vector<Timing> timings(size_t(o.num_requests));
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
-  std::string failure;
-  std::mutex failure_mutex;
-  const Clock::time_point start = Clock::now();
-  auto client = [&] {
-    for (int64_t i; (i = next.fetch_add(1)) < o.num_requests && !failed;) {
-      const Clock::time_point submitted = Clock::now();
-      const Submitted s = engine.submit({.prompt = prompts[size_t(i)], .max_tokens = o.output_len, .ignore_eos = true});
-      Timing& t = timings[size_t(i)];
-      Clock::time_point first{}, last{};
-      while (true) {
-        const std::optional<TokenEvent> e = engine.next(s.id, std::chrono::minutes(10));
-        if (!e) {
+  auto make_prompts = [&](int64_t n) {
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(n));
+    for (auto& p : prompts) {
+      p.resize(static_cast<size_t>(o.input_len));
+      for (auto& t : p) t = int32_t(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
+    }
+    return prompts;
+  };
+  const std::vector<std::vector<int32_t>> warmup_prompts = make_prompts(warmup);
+  const std::vector<std::vector<int32_t>> prompts = make_prompts(o.num_requests);
+
+  // Runs `batch` with at most --concurrency in flight; every request's timings.
+  auto run_requests = [&](const std::vector<std::vector<int32_t>>& batch) {
+    std::vector<Timing> timings(batch.size());
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::string failure;
+    std::mutex failure_mutex;
+    auto client = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < batch.size() && !failed;) {
+        const Clock::time_point submitted = Clock::now();
+        const Submitted s = engine.submit({.prompt = batch[i], .max_tokens = o.output_len, .ignore_eos = true});
+        Timing& t = timings[i];
+        Clock::time_point first{}, last{};
+        while (true) {
+          const std::optional<TokenEvent> e = engine.next(s.id, std::chrono::minutes(10));
+          if (!e) {
+            std::lock_guard lock(failure_mutex);
+            failure = fmt::format("request {}: no event for 10 minutes", i);
+            failed = true;
+            return;
+          }
+          if (e->token >= 0) {
+            last = Clock::now();
+            if (t.tokens++ == 0) first = last;
+          }
+          if (e->finished) {
+            t.finish = e->reason == FinishReason::length ? "length" : e->error.empty() ? "other" : e->error;
+            break;
+          }
+        }
+        if (t.tokens == 0 || t.finish != "length") {
           std::lock_guard lock(failure_mutex);
-          failure = fmt::format("request {}: no event for 10 minutes", i);
+          failure = fmt::format("request {} ended with {} tokens: {}", i, t.tokens, t.finish);
           failed = true;
           return;
         }
-        if (e->token >= 0) {
-          last = Clock::now();
-          if (t.tokens++ == 0) first = last;
-        }
-        if (e->finished) {
-          t.finish = e->reason == FinishReason::length ? "length" : e->error.empty() ? "other" : e->error;
-          break;
-        }
+        t.ttft_s = std::chrono::duration<double>(first - submitted).count();
+        t.latency_s = std::chrono::duration<double>(last - submitted).count();
+        t.tpot_s = t.tokens > 1 ? std::chrono::duration<double>(last - first).count() / double(t.tokens - 1) : 0.0;
       }
-      if (t.tokens == 0 || t.finish != "length") {
-        std::lock_guard lock(failure_mutex);
-        failure = fmt::format("request {} ended with {} tokens: {}", i, t.tokens, t.finish);
-        failed = true;
-        return;
-      }
-      t.ttft_s = std::chrono::duration<double>(first - submitted).count();
-      t.latency_s = std::chrono::duration<double>(last - submitted).count();
-      t.tpot_s = t.tokens > 1 ? std::chrono::duration<double>(last - first).count() / double(t.tokens - 1) : 0.0;
-    }
+    };
+    std::vector<std::thread> clients;
+    for (int64_t c = 0; c < std::min<int64_t>(o.concurrency, int64_t(batch.size())); ++c) clients.emplace_back(client);
+    for (std::thread& t : clients) t.join();
+    if (failed) fail("bench-offline: {}", failure);
+    return timings;
   };
-  std::vector<std::thread> clients;
-  for (int64_t c = 0; c < std::min(o.concurrency, o.num_requests); ++c) clients.emplace_back(client);
-  for (std::thread& t : clients) t.join();
+  run_requests(warmup_prompts);
+  const EngineStats before = engine.stats();
+  const Clock::time_point start = Clock::now();
+  const std::vector<Timing> timings = run_requests(prompts);
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  if (failed) fail("bench-offline: {}", failure);
 
   std::vector<double> ttft, tpot, latency;
   int64_t out_tokens = 0;
@@ -142,11 +159,14 @@ void run_bench(const BenchOptions& o) {
     out_tokens += t.tokens;
   }
   const int64_t in_tokens = o.num_requests * o.input_len;
-  const EngineStats stats = engine.stats();
+  EngineStats stats = engine.stats();
+  stats.steps -= before.steps;
+  stats.preemptions -= before.preemptions;
   std::printf("%s\n", host.describe().c_str());
-  std::printf("%lld requests of %lld in / %lld out, concurrency %lld: %.2f s\n", static_cast<long long>(o.num_requests),
-              static_cast<long long>(o.input_len), static_cast<long long>(o.output_len),
-              static_cast<long long>(o.concurrency), wall);
+  std::printf("%lld requests of %lld in / %lld out, concurrency %lld: %.2f s (after %lld warm-up requests)\n",
+              static_cast<long long>(o.num_requests), static_cast<long long>(o.input_len),
+              static_cast<long long>(o.output_len), static_cast<long long>(o.concurrency), wall,
+              static_cast<long long>(warmup));
   std::printf("output tokens/s %.1f   total tokens/s %.1f   requests/s %.2f   steps %lld   preemptions %lld\n",
               double(out_tokens) / wall, double(in_tokens + out_tokens) / wall, double(o.num_requests) / wall,
               static_cast<long long>(stats.steps), static_cast<long long>(stats.preemptions));
@@ -163,7 +183,7 @@ void run_bench(const BenchOptions& o) {
         {"device", host.device()},
         {"tensor_parallel_size", o.tensor_parallel_size},
         {"workload", {{"num_requests", o.num_requests}, {"input_len", o.input_len}, {"output_len", o.output_len},
-                      {"concurrency", o.concurrency}, {"seed", o.seed}}},
+                      {"concurrency", o.concurrency}, {"seed", o.seed}, {"warmup_requests", warmup}}},
         {"scheduler", {{"state_slots", host.scheduler_config().num_state_slots},
                        {"kv_blocks", host.scheduler_config().num_kv_blocks},
                        {"block_size", host.scheduler_config().block_size},
@@ -207,6 +227,8 @@ Command add_bench_offline(CLI::App& app) {
   cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size,
                   "ranks: GPUs 0..N-1 (or CPU threads) that each hold a slice of the model")
       ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup,
+                  "untimed requests of the same shape run first (default: as many as --concurrency)");
   cmd->add_option("--seed", o->seed, "prompt seed")->capture_default_str();
   cmd->add_option("--json", o->json_out, "write the report (every request's timings) here");
   return Command{cmd, [o] { run_bench(*o); }};
