@@ -74,9 +74,9 @@ struct CudaOps::Step {
 // copies to the device, so a replay needs only that buffer refilled.
 struct CudaOps::DecodeGraph {
   int batch = 0;
-  int32_t block_width = 0;  // block-table width (the most blocks a sequence may hold)
+  int32_t block_width = 0;  // block-table width (the most blocks a sequence of its steps holds)
   int decode_splits = 1;
-  cuda::DeviceBuffer<uint8_t> arena;
+  std::shared_ptr<cuda::DeviceBuffer<uint8_t>> arena;  // shared by the graphs of one batch size
   size_t arena_used = 0;
   int32_t* pinned = nullptr;             // host, metadata_capacity int32, then the logit rows
   int32_t* pinned_rows = nullptr;        // host [batch]: the rows gather_rows copies (0 .. batch-1)
@@ -171,7 +171,7 @@ CudaOps::~CudaOps() {
 
 size_t CudaOps::captured_graphs() const {
   size_t n = 0;
-  for (const auto& [batch, g] : graphs_) n += g != nullptr;
+  for (const auto& [key, g] : graphs_) n += g != nullptr;
   return n;
 }
 
@@ -193,9 +193,10 @@ Tensor CudaOps::run_forward(const BatchPlan& plan, const std::vector<int64_t>& r
     eager_step_bytes_[batch] = step_bytes_;
     return logits;
   }
-  auto it = graphs_.find(batch);
+  const int32_t width = graph_block_width(plan);
+  auto it = graphs_.find({batch, width});
   if (it == graphs_.end()) {
-    DecodeGraph& g = capture_decode_graph(batch, plan, forward);
+    DecodeGraph& g = capture_decode_graph(batch, width, forward);
     DI_CUDA_CHECK(cudaGraphLaunch(g.exec, stream()));
     return g.logits;
   }
@@ -210,20 +211,41 @@ Tensor CudaOps::run_forward(const BatchPlan& plan, const std::vector<int64_t>& r
   return g.logits;
 }
 
-CudaOps::DecodeGraph& CudaOps::capture_decode_graph(int batch, const BatchPlan& plan,
+// Graphs are keyed by batch size and block-table width: a power of two of blocks (at least 16), the
+// next one up from the most blocks a sequence of the step holds, at most the whole KV cache. A
+// graph's table, metadata upload and attention split plan are then those of contexts up to its
+// width, not of the whole cache (which can be millions of tokens: a table of that width per
+// sequence, copied every step, costs more than the step).
+int32_t CudaOps::graph_block_width(const BatchPlan& plan) const {
+  int64_t need = 1;
+  for (const SequenceSpan& s : plan.seqs)
+    need = std::max(need, (s.n_past + s.n_tokens + options_.kv_block_size - 1) / options_.kv_block_size);
+  int64_t width = 16;
+  while (width < need) width *= 2;
+  return int32_t(std::min<int64_t>(width, kv_blocks_));
+}
+
+CudaOps::DecodeGraph& CudaOps::capture_decode_graph(int batch, int32_t block_width,
                                                     const std::function<Tensor()>& forward) {
   auto g = std::make_unique<DecodeGraph>();
   g->batch = batch;
-  // A captured graph must serve every later step of its batch: the block table as wide as the KV
-  // cache allows one sequence, and the split count planned for the longest such context.
-  g->block_width = int32_t(kv_blocks_);
+  // The graph serves every later step of its batch whose sequences fit its block table; its split
+  // count is planned for the longest such context.
+  g->block_width = block_width;
   const int Hq = int(config_.num_attention_heads), Hkv = int(config_.num_kv_heads), D = int(config_.head_dim);
   g->decode_splits = attn_layers_ > 0 ? attention::plan_decode_splits(batch, Hq, Hkv,
-                                                                      int(kv_blocks_ * options_.kv_block_size),
+                                                                      int(block_width * options_.kv_block_size),
                                                                       device_.num_sms, kMaxDecodeSplits)
                                       : 1;
-  const size_t workspace = attn_layers_ > 0 ? attention::decode_workspace_bytes(batch, Hq, D, g->decode_splits) : 0;
-  g->arena = cuda::DeviceBuffer<uint8_t>(eager_step_bytes_.at(batch) + workspace + (size_t(4) << 20));
+  // One arena per batch size, shared by its graphs (they replay one at a time on this stream, and a
+  // step's logits are read before the next step): the eager step's activations plus the largest
+  // attention workspace any split count needs.
+  std::shared_ptr<cuda::DeviceBuffer<uint8_t>>& arena = graph_arenas_[batch];
+  if (!arena) {
+    const size_t workspace = attn_layers_ > 0 ? attention::decode_workspace_bytes(batch, Hq, D, kMaxDecodeSplits) : 0;
+    arena = std::make_shared<cuda::DeviceBuffer<uint8_t>>(eager_step_bytes_.at(batch) + workspace + (size_t(4) << 20));
+  }
+  g->arena = arena;
   // ids, positions, token_seq, cu_seqlens, slots, kv_lens (6 B + 1), the block table, two tiles per row.
   const size_t capacity = size_t(8 * batch + 1) + size_t(batch) * size_t(g->block_width);
   DI_CUDA_CHECK(cudaMallocHost(&g->pinned, (capacity + size_t(batch)) * 4));
@@ -252,10 +274,9 @@ CudaOps::DecodeGraph& CudaOps::capture_decode_graph(int batch, const BatchPlan& 
   const cudaError_t status = cudaGraphInstantiate(&g->exec, graph, 0);
   cudaGraphDestroy(graph);
   DI_CUDA_CHECK(status);
-  (void)plan;
-  spdlog::debug("captured the decode step of batch {} as a CUDA graph ({} MiB arena, {} attention splits)", batch,
-                g->arena.size() >> 20, g->decode_splits);
-  return *graphs_.emplace(batch, std::move(g)).first->second;
+  spdlog::debug("captured the decode step of batch {}, {} blocks a sequence, as a CUDA graph ({} MiB arena, {} "
+                "attention splits)", batch, block_width, g->arena->size() >> 20, g->decode_splits);
+  return *graphs_.emplace(std::make_pair(batch, block_width), std::move(g)).first->second;
 }
 
 cudaStream_t CudaOps::stream() const { return stream_->stream; }
@@ -369,10 +390,10 @@ Tensor CudaOps::new_tensor(Shape shape, DType dtype) {
   step_bytes_ += (bytes + 255) / 256 * 256;
   if (graph_ != nullptr) {  // capturing: a bump allocation in the graph's arena, never freed
     const size_t at = (graph_->arena_used + 255) / 256 * 256;
-    DI_CHECK(at + bytes <= graph_->arena.size(), "decode graph of batch {}: its activation arena of {} bytes is "
-             "full", graph_->batch, graph_->arena.size());
+    DI_CHECK(at + bytes <= graph_->arena->size(), "decode graph of batch {}: its activation arena of {} bytes is "
+             "full", graph_->batch, graph_->arena->size());
     graph_->arena_used = at + bytes;
-    return Tensor::from_storage(nullptr, graph_->arena.data() + at, std::move(shape), dtype, Device::cuda);
+    return Tensor::from_storage(nullptr, graph_->arena->data() + at, std::move(shape), dtype, Device::cuda);
   }
   void* p = nullptr;
   DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_->stream));

@@ -9,6 +9,7 @@
 // layer and the gdn layer (the GDN prefill dispatch).
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -50,7 +51,8 @@ class CudaOps final : public Ops {
   void begin_step(const BatchPlan& plan) override;
   // Decode steps (every sequence one token on a populated state, logits of every row in order) run
   // eagerly the first time a batch size is seen, are captured as a CUDA graph the second time, and
-  // replayed from then on; other steps run eagerly. The graph's logits live in its own arena.
+  // replayed from then on (one graph per batch size and block-table width, graph_block_width);
+  // other steps run eagerly. The graph's logits live in its batch size's arena.
   Tensor run_forward(const BatchPlan& plan, const std::vector<int64_t>& rows, bool graphable,
                      const std::function<Tensor()>& forward) override;
   size_t captured_graphs() const;
@@ -117,7 +119,8 @@ class CudaOps final : public Ops {
   bool step_is_decode() const;
   std::unique_ptr<Step> plan_step(const BatchPlan& plan, int32_t block_width, int decode_splits);
   void upload_step_metadata(Step& step, int32_t* pinned, int32_t* device);
-  DecodeGraph& capture_decode_graph(int batch, const BatchPlan& plan, const std::function<Tensor()>& forward);
+  int32_t graph_block_width(const BatchPlan& plan) const;
+  DecodeGraph& capture_decode_graph(int batch, int32_t block_width, const std::function<Tensor()>& forward);
   float* recurrent_pool(int64_t gdn_layer) const;
   void* conv_pool(int64_t gdn_layer) const;
 
@@ -142,9 +145,11 @@ class CudaOps final : public Ops {
   std::unique_ptr<Step> step_;
   cuda::DeviceBuffer<uint8_t> gdn_scratch_;
   size_t resident_bytes_ = 0;
-  // Decode graphs by batch size (null: seen once, eager, its activation bytes measured).
-  std::unordered_map<int, std::unique_ptr<DecodeGraph>> graphs_;
+  // Decode graphs by (batch size, block-table width); a batch size's first step runs eagerly and
+  // measures its activation bytes; the graphs of a batch size share one activation arena.
+  std::map<std::pair<int, int32_t>, std::unique_ptr<DecodeGraph>> graphs_;
   std::unordered_map<int, size_t> eager_step_bytes_;
+  std::unordered_map<int, std::shared_ptr<cuda::DeviceBuffer<uint8_t>>> graph_arenas_;
   DecodeGraph* graph_ = nullptr;  // set while capturing: new_tensor takes from its arena
   size_t step_bytes_ = 0;         // bytes new_tensor handed out since the step began
 };
