@@ -104,7 +104,7 @@ if [ $tests -eq 1 ]; then
   ctest --test-dir "$build" --output-on-failure --no-tests=error -R "$filter" -E '^tokenizer\.hf_equality$' \
     -V >"$logs/ctest.log" 2>&1 || failed=1
   row tests "$(grep -Eo '[0-9]+% tests passed(, [0-9]+ tests failed)? out of [0-9]+' "$logs/ctest.log" || echo 'no tests ran') ($(( $(date +%s) - t )) s)"
-  skipped=$(grep -c 'Skipped' "$logs/ctest.log" || true)
+  skipped=$(grep -c '\*\*\*Skipped' "$logs/ctest.log" || true)
   row "tests skipped" "$skipped"
   grep -E '^\s*[0-9]+ - gpu\.|Failed|\*\*\*' "$logs/ctest.log" | head -20 >"$logs/failures.txt" || true
 fi
