@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-  libgtest-dev libssl-dev libpcre2-dev libutf8proc-dev
+  libgtest-dev libssl-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
   python3 python3-venv
 )
 

@@ -15,7 +15,8 @@ struct Command {
 // Adds every subcommand to the app.
 std::vector<Command> register_commands(CLI::App& app);
 
-// One per subcommand (generate.cpp, score.cpp, tokenize.cpp, model_tools.cpp, bench_offline.cpp).
+// One per subcommand (generate.cpp, score.cpp, tokenize.cpp, model_tools.cpp, bench_offline.cpp,
+// serve.cpp).
 Command add_generate(CLI::App& app);
 Command add_chat(CLI::App& app);
 Command add_score(CLI::App& app);
@@ -25,5 +26,6 @@ Command add_inspect(CLI::App& app);
 Command add_make_tiny_model(CLI::App& app);
 Command add_version(CLI::App& app);
 Command add_bench_offline(CLI::App& app);
+Command add_serve(CLI::App& app);
 
 }  // namespace di::cli

@@ -1,0 +1,269 @@
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "tokenizer/chat.h"
+
+namespace di::server {
+
+namespace {
+
+[[noreturn]] void reject(const std::string& message, const std::string& param = "", int status = 400,
+                         const std::string& code = "") {
+  throw ApiException{ApiError{status, message, "invalid_request_error", param, code}};
+}
+
+const nlohmann::json* field(const nlohmann::json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool get_bool(const nlohmann::json& body, const char* name, bool fallback) {
+  const nlohmann::json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) reject(fmt::format("'{}' must be a boolean", name), name);
+  return v->get<bool>();
+}
+
+std::optional<double> get_number(const nlohmann::json& body, const char* name) {
+  const nlohmann::json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) reject(fmt::format("'{}' must be a number", name), name);
+  return v->get<double>();
+}
+
+std::optional<int64_t> get_integer(const nlohmann::json& body, const char* name) {
+  const nlohmann::json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) reject(fmt::format("'{}' must be an integer", name), name);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+    reject(fmt::format("'{}' is out of range", name), name);
+  return v->get<int64_t>();
+}
+
+std::vector<int32_t> token_ids(const nlohmann::json& list, const char* name) {
+  std::vector<int32_t> ids;
+  for (const nlohmann::json& v : list) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      reject(fmt::format("'{}' must be a string or a list of non-negative token ids", name), name);
+    ids.push_back(int32_t(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+std::vector<int32_t> chat_prompt(const nlohmann::json& body, const Tokenizer& tokenizer) {
+  const nlohmann::json* messages = field(body, "messages");
+  if (!messages) reject("'messages' is required", "messages");
+  if (!messages->is_array() || messages->empty()) reject("'messages' must be a non-empty list", "messages");
+  ChatOptions options;
+  if (const nlohmann::json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) reject("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    if (const nlohmann::json* thinking = field(*kwargs, "enable_thinking")) {
+      if (!thinking->is_boolean())
+        reject("'chat_template_kwargs.enable_thinking' must be a boolean", "chat_template_kwargs");
+      options.enable_thinking = thinking->get<bool>();
+    }
+  }
+  nlohmann::ordered_json tools = nullptr;
+  if (const nlohmann::json* t = field(body, "tools")) {
+    if (!t->is_array()) reject("'tools' must be a list", "tools");
+    tools = nlohmann::ordered_json::parse(t->dump());
+  }
+  std::string text;
+  try {
+    // The renderer keeps key order, which the body's nlohmann::json does not: re-read it ordered.
+    text = render_qwen35_chat(nlohmann::ordered_json::parse(messages->dump()), tools, options);
+  } catch (const Error& e) {
+    reject(fmt::format("messages: {}", e.what()), "messages");
+  }
+  return tokenizer.encode(text, /*parse_special=*/true);
+}
+
+}  // namespace
+
+nlohmann::json ApiError::body() const {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
+            {"code", code.empty() ? nlohmann::json(status) : nlohmann::json(code)}}}};
+}
+
+std::vector<int32_t> tokenize_body(const nlohmann::json& body, const Tokenizer& tokenizer) {
+  if (!body.is_object()) reject("the body must be a JSON object");
+  if (field(body, "messages")) return chat_prompt(body, tokenizer);
+  const nlohmann::json* prompt = field(body, "prompt");
+  if (!prompt || !prompt->is_string()) reject("'prompt' (a string) or 'messages' is required", "prompt");
+  return tokenizer.encode(prompt->get<std::string>(), /*parse_special=*/true);
+}
+
+ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const Tokenizer& tokenizer,
+                            const ProtocolLimits& limits) {
+  if (!body.is_object()) reject("the body must be a JSON object");
+  ParsedRequest r;
+  r.endpoint = endpoint;
+  if (const nlohmann::json* model = field(body, "model")) {
+    if (!model->is_string()) reject("'model' must be a string", "model");
+    if (model->get<std::string>() != limits.model_name)
+      reject(fmt::format("the model '{}' does not exist; this server serves '{}'", model->get<std::string>(),
+                         limits.model_name),
+             "model", 404, "model_not_found");
+  }
+  if (const auto n = get_integer(body, "n"); n && *n != 1) reject("'n' must be 1", "n");
+  if (const nlohmann::json* lp = field(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()))
+    reject("logprobs are not supported by this server yet", "logprobs");
+  if (field(body, "top_logprobs")) reject("logprobs are not supported by this server yet", "top_logprobs");
+
+  // The prompt.
+  std::vector<int32_t>& ids = r.generation.prompt;
+  if (endpoint == Endpoint::chat) {
+    ids = chat_prompt(body, tokenizer);
+  } else {
+    const nlohmann::json* prompt = field(body, "prompt");
+    if (!prompt) reject("'prompt' is required", "prompt");
+    std::string text;
+    if (prompt->is_string()) {
+      text = prompt->get<std::string>();
+      ids = tokenizer.encode(text, /*parse_special=*/true);
+    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+      text = (*prompt)[0].get<std::string>();
+      ids = tokenizer.encode(text, /*parse_special=*/true);
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
+      ids = token_ids(*prompt, "prompt");
+      text = tokenizer.decode(ids);
+    } else {
+      reject("'prompt' must be a string, a list of one string, or a list of token ids", "prompt");
+    }
+    if (get_bool(body, "echo", false)) r.echo_text = text;
+  }
+  const int64_t prompt_len = int64_t(ids.size());
+  if (prompt_len == 0) reject("the prompt is empty", endpoint == Endpoint::chat ? "messages" : "prompt");
+  if (prompt_len >= limits.max_model_len)
+    reject(fmt::format("this model's maximum context length is {} tokens; the prompt has {}", limits.max_model_len,
+                       prompt_len),
+           endpoint == Endpoint::chat ? "messages" : "prompt");
+
+  // How much to generate.
+  std::optional<int64_t> max_tokens = get_integer(body, "max_tokens");
+  if (endpoint == Endpoint::chat)
+    if (const auto alias = get_integer(body, "max_completion_tokens")) max_tokens = alias;
+  if (max_tokens && *max_tokens < 1) reject(fmt::format("'max_tokens' must be at least 1, found {}", *max_tokens), "max_tokens");
+  const int64_t room = limits.max_model_len - prompt_len;
+  if (max_tokens && *max_tokens > room)
+    reject(fmt::format("this model's maximum context length is {} tokens; the prompt has {} and max_tokens asks for {}",
+                       limits.max_model_len, prompt_len, *max_tokens),
+           "max_tokens");
+  r.generation.max_tokens = max_tokens ? *max_tokens : endpoint == Endpoint::chat ? room : std::min<int64_t>(16, room);
+
+  // Sampling.
+  SamplingParams& s = r.generation.sampling;
+  if (const auto t = get_number(body, "temperature")) {
+    if (!(*t >= 0.0 && *t <= 2.0)) reject("'temperature' must be in [0, 2]", "temperature");
+    s.temperature = float(*t);
+  } else {
+    s.temperature = 1.0f;  // the API's default
+  }
+  if (const auto p = get_number(body, "top_p")) {
+    if (!(*p > 0.0 && *p <= 1.0)) reject("'top_p' must be in (0, 1]", "top_p");
+    s.top_p = float(*p);
+  }
+  if (const auto k = get_integer(body, "top_k")) {
+    if (*k < -1) reject("'top_k' must be -1 or 0 (off) or at least 1", "top_k");
+    s.top_k = *k < 0 ? 0 : *k;
+  }
+  if (const auto m = get_number(body, "min_p")) {
+    if (!(*m >= 0.0 && *m <= 1.0)) reject("'min_p' must be in [0, 1]", "min_p");
+    s.min_p = float(*m);
+  }
+  if (const auto seed = get_integer(body, "seed")) s.seed = uint64_t(*seed);
+  r.generation.ignore_eos = get_bool(body, "ignore_eos", false);
+  if (const nlohmann::json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.generation.stop_strings.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const nlohmann::json& v : *stop) {
+        if (!v.is_string()) reject("'stop' must be a string or a list of strings", "stop");
+        r.generation.stop_strings.push_back(v.get<std::string>());
+      }
+    } else {
+      reject("'stop' must be a string or a list of strings", "stop");
+    }
+    for (const std::string& st : r.generation.stop_strings)
+      if (st.empty()) reject("'stop' strings must not be empty", "stop");
+  }
+
+  r.stream = get_bool(body, "stream", false);
+  if (const nlohmann::json* so = field(body, "stream_options")) {
+    if (!so->is_object()) reject("'stream_options' must be an object", "stream_options");
+    r.include_usage = get_bool(*so, "include_usage", false);
+  }
+  return r;
+}
+
+const char* finish_reason_text(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    default: return "abort";
+  }
+}
+
+nlohmann::json Usage::json() const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                                   const std::string& text, const char* finish_reason, const Usage& usage) {
+  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}};
+  if (endpoint == Endpoint::chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    choice["logprobs"] = nullptr;
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = nullptr;
+  }
+  return {{"id", id},
+          {"object", endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", nlohmann::json::array({choice})},
+          {"usage", usage.json()}};
+}
+
+nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                            const std::string& text, bool first, const char* finish_reason,
+                            const std::optional<Usage>& usage) {
+  nlohmann::json choice = {{"index", 0},
+                           {"finish_reason", finish_reason ? nlohmann::json(finish_reason) : nlohmann::json(nullptr)},
+                           {"logprobs", nullptr}};
+  if (endpoint == Endpoint::chat) {
+    nlohmann::json delta = nlohmann::json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  nlohmann::json chunk = {{"id", id},
+                          {"object", endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", created},
+                          {"model", model},
+                          {"choices", nlohmann::json::array({choice})}};
+  if (usage) chunk["usage"] = usage->json();
+  return chunk;
+}
+
+nlohmann::json usage_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                           const Usage& usage) {
+  return {{"id", id},
+          {"object", endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", nlohmann::json::array()},
+          {"usage", usage.json()}};
+}
+
+}  // namespace di::server
