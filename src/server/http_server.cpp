@@ -24,17 +24,18 @@ using httplib::Response;
 // away is noticed.
 constexpr std::chrono::seconds kKeepAlive{1};
 
+// JSON text with any invalid UTF-8 (a parse error's message quotes the bytes it choked on) replaced.
+std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 void send_error(Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(e.body().dump(), "application/json");
+  res.set_content(dump(e.body()), "application/json");
 }
 
 void send_json(Response& res, const nlohmann::json& j) {
   res.status = 200;
-  res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  res.set_content(dump(j), "application/json");
 }
-
-std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -188,6 +189,8 @@ void HttpServer::install_routes() {
         send_json(res, handle(*host, parse_body(req)));
       } catch (const ApiException& e) {
         send_error(res, e.error);
+      } catch (const std::exception& e) {  // not expected: the request rules throw ApiException
+        send_error(res, ApiError{500, fmt::format("internal error: {}", e.what()), "server_error"});
       }
       metrics_.count_request(path, res.status);
     });
@@ -218,7 +221,8 @@ void HttpServer::install_routes() {
         if (!host) throw ApiException{ApiError{503, "the model is loading", "service_unavailable"}};
         if (draining_) throw ApiException{ApiError{503, "the server is shutting down", "service_unavailable"}};
         ParsedRequest parsed = parse_request(endpoint, parse_body(req), *host->tokenizer(),
-                                             {options_.model_name, host->scheduler_config().max_model_len});
+                                             {options_.model_name, host->scheduler_config().max_model_len,
+                                              host->config().vocab_size});
         active->endpoint = endpoint;
         active->id = fmt::format("{}-{:016x}", endpoint == Endpoint::chat ? "chatcmpl" : "cmpl",
                                  next_id_.fetch_add(1) * 0x9e3779b97f4a7c15ull);
@@ -243,6 +247,10 @@ void HttpServer::install_routes() {
         active_.insert(submitted.id);
       } catch (const ApiException& e) {
         send_error(res, e.error);
+        metrics_.count_request(path, res.status);
+        return;
+      } catch (const std::exception& e) {  // not expected: the request rules throw ApiException
+        send_error(res, ApiError{500, fmt::format("internal error: {}", e.what()), "server_error"});
         metrics_.count_request(path, res.status);
         return;
       }

@@ -42,14 +42,24 @@ std::optional<int64_t> get_integer(const nlohmann::json& body, const char* name)
   return v->get<int64_t>();
 }
 
-std::vector<int32_t> token_ids(const nlohmann::json& list, const char* name) {
+std::vector<int32_t> token_ids(const nlohmann::json& list, const char* name, int64_t vocab) {
   std::vector<int32_t> ids;
   for (const nlohmann::json& v : list) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
       reject(fmt::format("'{}' must be a string or a list of non-negative token ids", name), name);
+    if (v.get<int64_t>() >= vocab)
+      reject(fmt::format("'{}': token id {} is outside the vocabulary of {}", name, v.get<int64_t>(), vocab), name);
     ids.push_back(int32_t(v.get<int64_t>()));
   }
   return ids;
+}
+
+// The text of ids, skipping those past the tokenizer's vocabulary (the embedding's padding rows).
+std::string text_of(const std::vector<int32_t>& ids, const Tokenizer& tokenizer) {
+  std::vector<int32_t> known;
+  for (int32_t id : ids)
+    if (id < tokenizer.vocab_size()) known.push_back(id);
+  return tokenizer.decode(known);
 }
 
 std::vector<int32_t> chat_prompt(const nlohmann::json& body, const Tokenizer& tokenizer) {
@@ -74,7 +84,7 @@ std::vector<int32_t> chat_prompt(const nlohmann::json& body, const Tokenizer& to
   try {
     // The renderer keeps key order, which the body's nlohmann::json does not: re-read it ordered.
     text = render_qwen35_chat(nlohmann::ordered_json::parse(messages->dump()), tools, options);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // di::Error from the template's rules, or a JSON type error
     reject(fmt::format("messages: {}", e.what()), "messages");
   }
   return tokenizer.encode(text, /*parse_special=*/true);
@@ -130,8 +140,8 @@ ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const
       text = (*prompt)[0].get<std::string>();
       ids = tokenizer.encode(text, /*parse_special=*/true);
     } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
-      ids = token_ids(*prompt, "prompt");
-      text = tokenizer.decode(ids);
+      ids = token_ids(*prompt, "prompt", limits.vocab_size > 0 ? limits.vocab_size : tokenizer.vocab_size());
+      text = text_of(ids, tokenizer);
     } else {
       reject("'prompt' must be a string, a list of one string, or a list of token ids", "prompt");
     }

@@ -44,6 +44,7 @@ struct ParsedRequest {
 struct ProtocolLimits {
   std::string model_name;     // the one model served
   int64_t max_model_len = 0;  // prompt + max_tokens
+  int64_t vocab_size = 0;     // the model's: prompt token ids must be below it (0: the tokenizer's)
 };
 
 // Parses and validates a body (already JSON) of the given endpoint; throws ApiException.
