@@ -25,15 +25,11 @@ namespace di::cli {
 namespace {
 
 struct BenchOptions {
-  ModelOptions model;
+  EngineCliOptions engine;
   int64_t num_requests = 64;
   int64_t input_len = 1024;
   int64_t output_len = 256;
   int64_t concurrency = 16;
-  int64_t max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 2048;
-  double gpu_memory_utilization = 0.9;
-  int tensor_parallel_size = 1;
   int64_t warmup = -1;  // -1: min(concurrency, num_requests)
   uint64_t seed = 0;
   std::string json_out;
@@ -65,18 +61,9 @@ nlohmann::json summary(const std::vector<double>& v) {
 void run_bench(const BenchOptions& o) {
   if (o.num_requests < 1 || o.input_len < 1 || o.output_len < 1 || o.concurrency < 1)
     fail("bench-offline: --num-requests, --input-len, --output-len and --concurrency must be >= 1");
-  EngineHostOptions h;
-  h.model_dir = o.model.model_dir;
-  h.device = o.model.device;
-  h.cpu_precision = parse_precision(o.model.precision);
-  h.gdn_prefill_backend = o.model.gdn_prefill_backend;
-  h.max_num_seqs = o.max_num_seqs;
-  h.max_num_batched_tokens = o.max_num_batched_tokens;
+  EngineHostOptions h = o.engine.host_options();
   h.max_waiting = std::max<int64_t>(o.concurrency, 1);
   h.max_model_len = o.input_len + o.output_len;
-  h.gpu_memory_utilization = o.gpu_memory_utilization;
-  h.tensor_parallel_size = o.tensor_parallel_size;
-  h.show_progress = true;
   EngineHost host(h);
   Engine& engine = host.engine();
   const int64_t vocab = host.config().vocab_size;
@@ -179,9 +166,9 @@ void run_bench(const BenchOptions& o) {
     nlohmann::json report = {
         {"build", nlohmann::json::parse(build_info_json())},
         {"engine", host.describe()},
-        {"model", o.model.model_dir},
+        {"model", o.engine.model.model_dir},
         {"device", host.device()},
-        {"tensor_parallel_size", o.tensor_parallel_size},
+        {"tensor_parallel_size", o.engine.tensor_parallel_size},
         {"workload", {{"num_requests", o.num_requests}, {"input_len", o.input_len}, {"output_len", o.output_len},
                       {"concurrency", o.concurrency}, {"seed", o.seed}, {"warmup_requests", warmup}}},
         {"scheduler", {{"state_slots", host.scheduler_config().num_state_slots},
@@ -212,21 +199,12 @@ Command add_bench_offline(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench-offline",
                                  "time many requests through the engine in process: throughput, TTFT and TPOT percentiles");
   auto o = std::make_shared<BenchOptions>();
-  o->model.add_to(cmd);
+  o->engine.add_to(cmd, /*with_max_model_len=*/false);  // the workload sets it
   cmd->add_option("--num-requests", o->num_requests, "requests in all")->capture_default_str();
   cmd->add_option("--input-len", o->input_len, "prompt tokens of each request (random ids)")->capture_default_str();
   cmd->add_option("--output-len", o->output_len, "tokens each request generates (end of sequence ignored)")
       ->capture_default_str();
   cmd->add_option("--concurrency", o->concurrency, "requests in flight at once")->capture_default_str();
-  cmd->add_option("--max-num-seqs", o->max_num_seqs, "sequences the engine runs at once")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "token budget of one step")
-      ->capture_default_str();
-  cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                  "fraction of the GPU's memory for weights, state pool and KV cache")
-      ->capture_default_str();
-  cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size,
-                  "ranks: GPUs 0..N-1 (or CPU threads) that each hold a slice of the model")
-      ->capture_default_str();
   cmd->add_option("--warmup", o->warmup,
                   "untimed requests of the same shape run first (default: as many as --concurrency)");
   cmd->add_option("--seed", o->seed, "prompt seed")->capture_default_str();

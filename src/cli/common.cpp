@@ -58,6 +58,37 @@ void ModelOptions::add_to(CLI::App* cmd) {
                   "force a GDN prefill backend by name instead of the production dispatch (GPU only)");
 }
 
+void EngineCliOptions::add_to(CLI::App* cmd, bool with_max_model_len) {
+  model.add_to(cmd);
+  cmd->add_option("--max-num-seqs", max_num_seqs, "sequences the engine runs at once")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")
+      ->capture_default_str();
+  if (with_max_model_len)
+    cmd->add_option("--max-model-len", max_model_len, "prompt + output of one request (0: min(32768, the model's))")
+        ->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", gpu_memory_utilization,
+                  "fraction of the GPU's memory for weights, state pool and KV cache")
+      ->capture_default_str();
+  cmd->add_option("--tensor-parallel-size", tensor_parallel_size,
+                  "ranks: GPUs 0..N-1 (or CPU threads) that each hold a slice of the model")
+      ->capture_default_str();
+}
+
+EngineHostOptions EngineCliOptions::host_options() const {
+  EngineHostOptions h;
+  h.model_dir = model.model_dir;
+  h.device = model.device;
+  h.cpu_precision = parse_precision(model.precision);
+  h.gdn_prefill_backend = model.gdn_prefill_backend;
+  h.max_num_seqs = max_num_seqs;
+  h.max_num_batched_tokens = max_num_batched_tokens;
+  h.max_model_len = max_model_len;
+  h.gpu_memory_utilization = gpu_memory_utilization;
+  h.tensor_parallel_size = tensor_parallel_size;
+  h.show_progress = true;
+  return h;
+}
+
 const Tokenizer& Runner::require_tokenizer(const char* why) const {
   if (!tokenizer)
     fail("{} needs a tokenizer, and the model directory has no tokenizer.json (make-tiny-model copies one; "

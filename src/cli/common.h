@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_host.h"
 #include "engine/qwen35_model.h"
 #include "kernels/cpu_ops.h"
 #include "model/weights.h"
@@ -28,6 +29,20 @@ struct ModelOptions {
   std::string precision = "bf16";
   std::string gdn_prefill_backend;
   void add_to(CLI::App* cmd);
+};
+
+// Options of the commands that run the serving engine (bench-offline, serve): the engine host's
+// sizing on top of the model options.
+struct EngineCliOptions {
+  ModelOptions model;
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;
+  double gpu_memory_utilization = 0.9;
+  int tensor_parallel_size = 1;
+  void add_to(CLI::App* cmd, bool with_max_model_len);
+  // The engine host's options; the caller sets the queue bound and anything else of its own.
+  EngineHostOptions host_options() const;
 };
 
 // A loaded model, the ops that run it, and its tokenizer when the directory has tokenizer.json.

@@ -20,17 +20,12 @@ namespace di::cli {
 namespace {
 
 struct ServeOptions {
-  ModelOptions model;
+  EngineCliOptions engine;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
   std::string served_model_name;
   int64_t max_queued = 1024;
-  int64_t max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;
-  double gpu_memory_utilization = 0.9;
-  int tensor_parallel_size = 1;
   size_t max_body_bytes = size_t(16) << 20;
   int http_threads = 512;
   double shutdown_timeout = 30;
@@ -50,7 +45,7 @@ void run_serve(const ServeOptions& o) {
   so.host = o.host;
   so.port = o.port;
   so.api_key = o.api_key;
-  std::filesystem::path dir = std::filesystem::absolute(o.model.model_dir).lexically_normal();
+  std::filesystem::path dir = std::filesystem::absolute(o.engine.model.model_dir).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();  // "model/"
   so.model_name = o.served_model_name.empty() ? dir.filename().string() : o.served_model_name;
   so.max_body_bytes = o.max_body_bytes;
@@ -62,17 +57,8 @@ void run_serve(const ServeOptions& o) {
 
   std::unique_ptr<EngineHost> host;
   try {
-    EngineHostOptions h;
-    h.model_dir = o.model.model_dir;
-    h.device = o.model.device;
-    h.cpu_precision = parse_precision(o.model.precision);
-    h.gdn_prefill_backend = o.model.gdn_prefill_backend;
-    h.max_num_seqs = o.max_num_seqs;
-    h.max_num_batched_tokens = o.max_num_batched_tokens;
+    EngineHostOptions h = o.engine.host_options();
     h.max_waiting = o.max_queued;
-    h.max_model_len = o.max_model_len;
-    h.gpu_memory_utilization = o.gpu_memory_utilization;
-    h.tensor_parallel_size = o.tensor_parallel_size;
     host = std::make_unique<EngineHost>(h);
     server.set_host(*host);
   } catch (...) {
@@ -101,22 +87,12 @@ void run_serve(const ServeOptions& o) {
 Command add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
   auto o = std::make_shared<ServeOptions>();
-  o->model.add_to(cmd);
+  o->engine.add_to(cmd, /*with_max_model_len=*/true);
   cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API's routes");
   cmd->add_option("--served-model-name", o->served_model_name, "the model id clients send (default: the directory's name)");
   cmd->add_option("--max-queued", o->max_queued, "requests that may wait for a slot; more get 429")->capture_default_str();
-  cmd->add_option("--max-num-seqs", o->max_num_seqs, "sequences the engine runs at once")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "token budget of one step")
-      ->capture_default_str();
-  cmd->add_option("--max-model-len", o->max_model_len, "prompt + output of one request (0: min(32768, the model's))")
-      ->capture_default_str();
-  cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                  "fraction of the GPU's memory for weights, state pool and KV cache")
-      ->capture_default_str();
-  cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size, "ranks: GPUs 0..N-1 (or CPU threads)")
-      ->capture_default_str();
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads, "connections served at once")->capture_default_str();
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds in-flight requests get after SIGTERM")
