@@ -258,7 +258,16 @@ void HttpServer::install_routes() {
 
       Engine& engine = host->engine();
       auto provider = [this, active, &engine](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); };
+        Clock::time_point last_write = Clock::now();
+        auto write = [&](const std::string& bytes) {
+          last_write = Clock::now();
+          return sink.write(bytes.data(), bytes.size());
+        };
+        // Something every kKeepAlive at least, also while tokens come but nothing is sent (a whole
+        // response, or text held back): a failed write is how a client that went away is noticed.
+        auto keep_alive = [&] {
+          return Clock::now() - last_write < kKeepAlive || write(active->stream ? ": keep-alive\n\n" : " ");
+        };
         auto sse = [&](const nlohmann::json& j) { return write("data: " + dump(j) + "\n\n"); };
         std::string text = active->echo_text;  // non-streamed: the whole output
         bool first = true;
@@ -270,8 +279,8 @@ void HttpServer::install_routes() {
         }
         while (true) {
           const std::optional<TokenEvent> e = engine.next(active->engine_id, kKeepAlive);
-          if (!e) {  // nothing for a second: write something, which tells whether the client is there
-            if (!write(active->stream ? ": keep-alive\n\n" : " ")) return false;
+          if (!e) {
+            if (!keep_alive()) return false;
             continue;
           }
           const Clock::time_point now = Clock::now();
@@ -312,6 +321,7 @@ void HttpServer::install_routes() {
             sink.done();
             return true;
           }
+          if (!keep_alive()) return false;
         }
       };
       // Runs when the response is over, sent or not: a request whose client went away is cancelled.

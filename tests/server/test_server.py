@@ -719,6 +719,29 @@ class ProtocolTests(ServerTestCase):
         self.assertServing()
 
 
+    def test_disconnect_cancels_whole_responses(self):
+        # A non-streamed request sends nothing until it ends, except JSON whitespace every second:
+        # that write is how the server notices the client left.
+        wait_idle(self.port, 30)
+        generated = metrics(self.port).value("deltainfer_generation_tokens_total")
+        body = json.dumps({"model": MODEL_NAME, "prompt": "A long answer", "max_tokens": 480,
+                           "ignore_eos": True}).encode()
+        socks = []
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            socks.append(sock)
+        time.sleep(2.5)
+        for sock in socks:
+            sock.close()
+        wait_idle(self.port, 15)
+        # Run to their end, the four would have generated 1920 tokens.
+        extra = metrics(self.port).value("deltainfer_generation_tokens_total") - generated
+        self.assertLess(extra, 4 * 480 / 2)
+        self.assertServing()
+
+
 class OpenAIClientTests(ServerTestCase):
     """The official openai client against the server."""
 
