@@ -254,16 +254,20 @@ void Engine::serve() {
       sampled.assign(size_t(plan.num_samples), 0);
     }
     const std::vector<int64_t> finished = scheduler_.on_step_done(plan, sampled);
+    std::vector<std::optional<TokenLogprobs>> logprobs;
+    if (failure.empty()) logprobs = runner_.last_logprobs();
 
     size_t next = 0;
     for (const StepItem& item : plan.items) {
       if (!item.samples) continue;
-      const int32_t token = sampled[next++];
+      const size_t index = next++;
+      const int32_t token = sampled[index];
       Live* live = find_live(item.request_id);
       if (live == nullptr || live->ended) continue;  // cancelled, stopped by a string, or failed meanwhile
       Live& r = *live;
       r.output.push_back(token);
       TokenEvent event{.token = token};
+      if (index < logprobs.size()) event.logprobs = logprobs[index];
       const bool done = std::find(finished.begin(), finished.end(), item.request_id) != finished.end();
       bool stopped = false;
       try {

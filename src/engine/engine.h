@@ -52,6 +52,7 @@ struct TokenEvent {
   bool finished = false;       // the request's last event
   FinishReason reason = FinishReason::none;  // when finished
   std::string error;           // why it was rejected
+  std::optional<TokenLogprobs> logprobs;  // when the request asked (SamplingParams::logprobs >= 0)
 };
 
 struct Submitted {

@@ -3,6 +3,7 @@
 // CudaOps (one batched forward over the plan's pieces, then sampling); the scheduler and engine
 // tests use a fake whose next token is a hash of the sequence's whole token history.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -25,6 +26,9 @@ class ModelRunner {
   // item's earlier pieces), and returns one sampled token for each item whose `samples` is set, in
   // the plan's order.
   virtual std::vector<int32_t> run(const StepPlan& plan) = 0;
+  // After run(): one entry per token it returned, in order; set where the request asked for
+  // log-probabilities (SamplingParams::logprobs >= 0). Default: none asked or none kept.
+  virtual std::vector<std::optional<TokenLogprobs>> last_logprobs() const { return {}; }
 };
 
 }  // namespace di

@@ -64,7 +64,11 @@ std::vector<int32_t> OpsModelRunner::run(const StepPlan& step) {
   }
   Tensor logits = ops_.run_forward(plan, rows, /*graphable=*/!model_.observer,
                                   [&] { return model_.forward(plan, rows, ops_); });
+  logprobs_.assign(rows.size(), std::nullopt);
   if (rows.empty()) return {};
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<int32_t> tokens;
+  std::vector<float> host;  // the logits on the host (host sampling) or empty
   if (sampler_) {
     std::vector<SamplingParams> params;
     std::vector<uint64_t> steps;
@@ -72,19 +76,26 @@ std::vector<int32_t> OpsModelRunner::run(const StepPlan& step) {
       params.push_back(l->sampling);
       steps.push_back(l->drawn++);
     }
-    std::vector<int32_t> tokens = sampler_(logits, params, steps);
+    tokens = sampler_(logits, params, steps);
     DI_CHECK(tokens.size() == rows.size(), "OpsModelRunner: {} tokens sampled for {} rows", tokens.size(), rows.size());
-    return tokens;
+  } else {
+    host = ops_.to_host(logits);
+    DI_CHECK(int64_t(host.size()) == int64_t(rows.size()) * vocab, "OpsModelRunner: {} logits for {} rows of {}",
+             host.size(), rows.size(), vocab);
+    tokens.reserve(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r)
+      tokens.push_back(int32_t(sample_token(host.data() + r * size_t(vocab), vocab, samplers[r]->sampling, samplers[r]->rng)));
+    for (Live* l : samplers) ++l->drawn;
   }
-  const std::vector<float> host = ops_.to_host(logits);
-  const int64_t vocab = model_.config().vocab_size;
-  DI_CHECK(int64_t(host.size()) == int64_t(rows.size()) * vocab, "OpsModelRunner: {} logits for {} rows of {}",
-           host.size(), rows.size(), vocab);
-  std::vector<int32_t> tokens;
-  tokens.reserve(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r)
-    tokens.push_back(int32_t(sample_token(host.data() + r * size_t(vocab), vocab, samplers[r]->sampling, samplers[r]->rng)));
-  for (Live* l : samplers) ++l->drawn;
+  // Log-probabilities where a request asked: from the host copy, or that one row brought down.
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int32_t top_n = samplers[r]->sampling.logprobs;
+    if (top_n < 0) continue;
+    std::vector<float> row;
+    if (host.empty()) row = ops_.to_host(ops_.gather_rows(logits, {int64_t(r)}));
+    const float* values = host.empty() ? row.data() : host.data() + r * size_t(vocab);
+    logprobs_[r] = token_logprobs(values, vocab, tokens[r], top_n);
+  }
   return tokens;
 }
 

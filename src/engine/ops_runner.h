@@ -42,6 +42,7 @@ class OpsModelRunner final : public ModelRunner {
   int64_t live_slots() const override;  // Ops slots held now
 
   std::vector<int32_t> run(const StepPlan& plan) override;
+  std::vector<std::optional<TokenLogprobs>> last_logprobs() const override { return logprobs_; }
 
  private:
   struct Live {
@@ -56,6 +57,7 @@ class OpsModelRunner final : public ModelRunner {
   const Qwen35Model& model_;
   Ops& ops_;
   DeviceSampler sampler_;
+  std::vector<std::optional<TokenLogprobs>> logprobs_;  // of the last step's tokens
   std::unordered_map<int64_t, Live> live_;
 };
 

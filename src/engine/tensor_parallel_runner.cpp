@@ -136,6 +136,7 @@ std::vector<int32_t> TensorParallelRunner::run(const StepPlan& plan) {
     if (tokens[size_t(r)] != tokens[0])
       fail("tensor parallelism: rank {} sampled other tokens than rank 0 (the ranks' logits differ)", r);
   live_slots_ = workers_[0]->parts.runner->live_slots();
+  logprobs_ = workers_[0]->parts.runner->last_logprobs();
   return tokens[0];
 }
 

@@ -51,6 +51,7 @@ class TensorParallelRunner final : public ModelRunner {
   void remove(int64_t id) override;
   int64_t live_slots() const override { return live_slots_; }
   std::vector<int32_t> run(const StepPlan& plan) override;
+  std::vector<std::optional<TokenLogprobs>> last_logprobs() const override { return logprobs_; }
 
   // Runs fn on every rank's thread and waits for all (tests read the ranks' Ops this way).
   void on_every_rank(const std::function<void(int rank, Rank& parts)>& fn);
@@ -63,7 +64,8 @@ class TensorParallelRunner final : public ModelRunner {
   std::function<void()> abort_;
   std::mutex error_mutex_;
   std::exception_ptr first_error_;  // the first rank's failure; sticky
-  std::atomic<int64_t> live_slots_ = 0;  // read by the engine's statistics
+  std::atomic<int64_t> live_slots_ = 0;
+  std::vector<std::optional<TokenLogprobs>> logprobs_;  // rank 0's, of the last step  // read by the engine's statistics
 };
 
 }  // namespace di

@@ -62,6 +62,9 @@ struct HttpServer::Active {
   std::string model;
   std::string echo_text;
   bool stream = false, include_usage = false;
+  bool logprobs = false;                       // the request asked for log-probabilities
+  std::vector<TokenWithLogprobs> token_logprobs;  // a whole response's, or the stream's running offset
+  int64_t text_offset = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Clock::time_point submitted, first_token, last_token;
   bool finished = false;
@@ -231,6 +234,8 @@ void HttpServer::install_routes() {
         active->echo_text = parsed.echo_text;
         active->stream = parsed.stream;
         active->include_usage = parsed.include_usage;
+        active->logprobs = parsed.generation.sampling.logprobs >= 0;
+        active->text_offset = int64_t(parsed.echo_text.size());
         active->prompt_tokens = int64_t(parsed.generation.prompt.size());
         active->submitted = Clock::now();
         const Submitted submitted = host->engine().submit(std::move(parsed.generation));
@@ -257,7 +262,8 @@ void HttpServer::install_routes() {
       metrics_.count_request(path, 200);
 
       Engine& engine = host->engine();
-      auto provider = [this, active, &engine](size_t, httplib::DataSink& sink) {
+      const Tokenizer& tokenizer = *host->tokenizer();
+      auto provider = [this, active, &engine, &tokenizer](size_t, httplib::DataSink& sink) {
         Clock::time_point last_write = Clock::now();
         auto write = [&](const std::string& bytes) {
           last_write = Clock::now();
@@ -298,10 +304,20 @@ void HttpServer::install_routes() {
             sink.done();
             return true;
           }
+          nlohmann::json chunk_logprobs = nullptr;
+          if (active->logprobs && e->token >= 0 && e->logprobs) {
+            if (active->stream) {
+              chunk_logprobs = logprobs_json(active->endpoint, {{e->token, *e->logprobs}}, tokenizer, active->text_offset);
+              if (active->endpoint == Endpoint::completions)
+                active->text_offset += int64_t(chunk_logprobs["tokens"][0].get<std::string>().size());
+            } else {
+              active->token_logprobs.emplace_back(e->token, *e->logprobs);
+            }
+          }
           if (active->stream) {
-            if (!e->text.empty() || first || e->finished) {
+            if (!e->text.empty() || first || e->finished || !chunk_logprobs.is_null()) {
               if (!sse(stream_chunk(active->endpoint, active->id, active->created, active->model, e->text, first, finish,
-                                    e->finished ? std::optional<Usage>(usage) : std::nullopt)))
+                                    e->finished ? std::optional<Usage>(usage) : std::nullopt, chunk_logprobs)))
                 return false;
               first = false;
             }
@@ -314,8 +330,10 @@ void HttpServer::install_routes() {
           } else {
             text += e->text;
             if (e->finished)
-              write(dump(completion_response(active->endpoint, active->id, active->created, active->model, text, finish,
-                                             usage)));
+              write(dump(completion_response(
+                  active->endpoint, active->id, active->created, active->model, text, finish, usage,
+                  active->logprobs ? logprobs_json(active->endpoint, active->token_logprobs, tokenizer, active->text_offset)
+                                   : nlohmann::json(nullptr))));
           }
           if (e->finished) {
             sink.done();

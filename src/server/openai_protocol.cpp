@@ -121,9 +121,21 @@ ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const
              "model", 404, "model_not_found");
   }
   if (const auto n = get_integer(body, "n"); n && *n != 1) reject("'n' must be 1", "n");
-  if (const nlohmann::json* lp = field(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()))
-    reject("logprobs are not supported by this server yet", "logprobs");
-  if (field(body, "top_logprobs")) reject("logprobs are not supported by this server yet", "top_logprobs");
+  // Log-probabilities: completions' "logprobs" is how many alternatives (0-20); chat's is a switch,
+  // with "top_logprobs" the count.
+  int32_t logprobs = -1;
+  if (endpoint == Endpoint::completions) {
+    if (const auto n = get_integer(body, "logprobs")) {
+      if (*n < 0 || *n > 20) reject("'logprobs' must be in [0, 20]", "logprobs");
+      logprobs = int32_t(*n);
+    }
+  } else {
+    const bool wanted = get_bool(body, "logprobs", false);
+    const auto top = get_integer(body, "top_logprobs");
+    if (top && (*top < 0 || *top > 20)) reject("'top_logprobs' must be in [0, 20]", "top_logprobs");
+    if (top && !wanted) reject("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (wanted) logprobs = top ? int32_t(*top) : 0;
+  }
 
   // The prompt.
   std::vector<int32_t>& ids = r.generation.prompt;
@@ -187,6 +199,7 @@ ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const
     s.min_p = float(*m);
   }
   if (const auto seed = get_integer(body, "seed")) s.seed = uint64_t(*seed);
+  s.logprobs = logprobs;
   r.generation.ignore_eos = get_bool(body, "ignore_eos", false);
   if (const nlohmann::json* stop = field(body, "stop")) {
     if (stop->is_string()) {
@@ -225,16 +238,57 @@ nlohmann::json Usage::json() const {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                                   const std::string& text, const char* finish_reason, const Usage& usage) {
-  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}};
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenWithLogprobs>& tokens, const Tokenizer& tokenizer,
+                             int64_t first_offset) {
+  // A token's own text (byte-level pieces of a character decode to U+FFFD, as in other servers).
+  auto text = [&](int32_t id) {
+    const int32_t one[1] = {id};
+    return id < tokenizer.vocab_size() ? tokenizer.decode(one) : std::string();
+  };
+  auto bytes = [](const std::string& t) {
+    nlohmann::json b = nlohmann::json::array();
+    for (unsigned char c : t) b.push_back(int(c));
+    return b;
+  };
   if (endpoint == Endpoint::chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = nullptr;
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
+    nlohmann::json content = nlohmann::json::array();
+    for (const auto& [id, lp] : tokens) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [alt, alt_lp] : lp.top) {
+        const std::string t = text(alt);
+        top.push_back({{"token", t}, {"logprob", alt_lp}, {"bytes", bytes(t)}});
+      }
+      const std::string t = text(id);
+      content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes(t)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
   }
+  nlohmann::json out = {{"tokens", nlohmann::json::array()},
+                        {"token_logprobs", nlohmann::json::array()},
+                        {"top_logprobs", nlohmann::json::array()},
+                        {"text_offset", nlohmann::json::array()}};
+  int64_t offset = first_offset;
+  for (const auto& [id, lp] : tokens) {
+    const std::string t = text(id);
+    out["tokens"].push_back(t);
+    out["token_logprobs"].push_back(lp.logprob);
+    nlohmann::json top = nlohmann::json::object();
+    for (const auto& [alt, alt_lp] : lp.top) top[text(alt)] = alt_lp;
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(offset);
+    offset += int64_t(t.size());
+  }
+  return out;
+}
+
+nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                                   const std::string& text, const char* finish_reason, const Usage& usage,
+                                   const nlohmann::json& logprobs) {
+  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs}};
+  if (endpoint == Endpoint::chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
   return {{"id", id},
           {"object", endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
           {"created", created},
@@ -245,10 +299,10 @@ nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int
 
 nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                             const std::string& text, bool first, const char* finish_reason,
-                            const std::optional<Usage>& usage) {
+                            const std::optional<Usage>& usage, const nlohmann::json& logprobs) {
   nlohmann::json choice = {{"index", 0},
                            {"finish_reason", finish_reason ? nlohmann::json(finish_reason) : nlohmann::json(nullptr)},
-                           {"logprobs", nullptr}};
+                           {"logprobs", logprobs}};
   if (endpoint == Endpoint::chat) {
     nlohmann::json delta = nlohmann::json::object();
     if (first) delta["role"] = "assistant";

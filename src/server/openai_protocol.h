@@ -62,15 +62,23 @@ struct Usage {
   nlohmann::json json() const;
 };
 
-// A whole (non-streamed) response.
+// The "logprobs" object of a choice for these tokens (each with its log-probabilities): completions'
+// {tokens, token_logprobs, top_logprobs, text_offset}, chat's {content: [{token, logprob, bytes,
+// top_logprobs}]}. `text_offset` counts from `first_offset` (the echoed prompt's length).
+using TokenWithLogprobs = std::pair<int32_t, TokenLogprobs>;
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenWithLogprobs>& tokens, const Tokenizer& tokenizer,
+                             int64_t first_offset);
+
+// A whole (non-streamed) response; `logprobs` is the choice's (null when not asked).
 nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                                   const std::string& text, const char* finish_reason, const Usage& usage);
+                                   const std::string& text, const char* finish_reason, const Usage& usage,
+                                   const nlohmann::json& logprobs = nullptr);
 
 // One streamed chunk: text (a delta) and, on the last, the finish reason and usage. The first chat
 // chunk carries the assistant role.
 nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                             const std::string& text, bool first, const char* finish_reason,
-                            const std::optional<Usage>& usage);
+                            const std::optional<Usage>& usage, const nlohmann::json& logprobs = nullptr);
 
 // The OpenAI-style extra chunk with no choices and the usage (stream_options.include_usage).
 nlohmann::json usage_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,

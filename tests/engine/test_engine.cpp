@@ -364,6 +364,50 @@ TEST_F(EngineTinyModel, SeededSamplingDoesNotDependOnTheBatch) {
   expect_all_memory_free(engine);
 }
 
+// Log-probabilities where a request asks for them: the drawn token's and its top alternatives under
+// log_softmax of the logits (the lone run's, recomputed here in double), highest first; a request
+// that does not ask gets none.
+TEST_F(EngineTinyModel, LogprobsAreThoseOfTheRawDistribution) {
+  const uint32_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> prompt = random_prompt(rng, 30, config_.vocab_size);
+  OpsModelRunner runner(model_, ops_);
+  Engine engine(runner, config_.vocab_size, EngineOptions{.scheduler = scheduler_config(4, 64, 64, 512)});
+  const int64_t asked = engine.submit({.prompt = prompt, .max_tokens = 4, .sampling = {.logprobs = 3}}).id;
+  const int64_t plain = engine.submit({.prompt = prompt, .max_tokens = 4}).id;
+  Sequence alone(model_, alone_ops_);
+  std::vector<float> logits = alone.feed(prompt);
+  int tokens = 0;
+  while (const std::optional<TokenEvent> e = engine.next(asked, 60s)) {
+    if (e->token >= 0) {
+      ++tokens;
+      ASSERT_TRUE(e->logprobs.has_value()) << "token " << tokens;
+      double max = logits[0], sum = 0;
+      for (float x : logits) max = std::max(max, double(x));
+      for (float x : logits) sum += std::exp(double(x) - max);
+      const double lse = max + std::log(sum);
+      EXPECT_NEAR(e->logprobs->logprob, double(logits[size_t(e->token)]) - lse, 1e-4);
+      ASSERT_EQ(e->logprobs->top.size(), 3u);
+      EXPECT_EQ(e->logprobs->top[0].first, e->token) << "greedy draws the top token";
+      EXPECT_EQ(e->logprobs->top[0].second, e->logprobs->logprob);
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_NEAR(e->logprobs->top[i].second, double(logits[size_t(e->logprobs->top[i].first)]) - lse, 1e-4);
+        if (i > 0) EXPECT_LE(e->logprobs->top[i].second, e->logprobs->top[i - 1].second);
+      }
+      const int32_t next[1] = {e->token};
+      logits = alone.feed(next);
+    }
+    if (e->finished) break;
+  }
+  EXPECT_EQ(tokens, 4);
+  while (const std::optional<TokenEvent> e = engine.next(plain, 60s)) {
+    EXPECT_FALSE(e->logprobs.has_value());
+    if (e->finished) break;
+  }
+  expect_all_memory_free(engine);
+}
+
 TEST_F(EngineTinyModel, StopTokensAndStopStringsEndTheStream) {
   const uint32_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_trace(seed));

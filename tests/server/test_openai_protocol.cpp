@@ -112,7 +112,8 @@ TEST(OpenAiProtocol, BadValuesAreErrorsNamingTheField) {
       {"seed a string", {{"seed", "7"}}, 400, "seed"},
       {"stop a number", {{"stop", 3}}, 400, "stop"},
       {"stop empty", {{"stop", {""}}}, 400, "stop"},
-      {"logprobs", {{"logprobs", 1}}, 400, "logprobs"},
+      {"logprobs above 20", {{"logprobs", 21}}, 400, "logprobs"},
+      {"logprobs a string", {{"logprobs", "yes"}}, 400, "logprobs"},
       {"n 2", {{"n", 2}}, 400, "n"},
       {"stream a string", {{"stream", "yes"}}, 400, "stream"},
       {"echo a number", {{"echo", 1}}, 400, "echo"},
@@ -129,9 +130,38 @@ TEST(OpenAiProtocol, BadValuesAreErrorsNamingTheField) {
     EXPECT_TRUE(b["error"]["message"].is_string() && b["error"]["type"].is_string()) << b.dump();
   }
   EXPECT_EQ(error_of(Endpoint::chat, {{"messages", json::array()}}).param, "messages");
+  const json hi = {{{"role", "user"}, {"content", "Hi"}}};
+  EXPECT_EQ(error_of(Endpoint::chat, {{"messages", hi}, {"top_logprobs", 2}}).param, "top_logprobs")
+      << "top_logprobs without logprobs";
+  EXPECT_EQ(error_of(Endpoint::chat, {{"messages", hi}, {"logprobs", 1}}).param, "logprobs") << "a switch, not a count";
   EXPECT_EQ(error_of(Endpoint::chat, {{"model", "tiny"}}).param, "messages");
   EXPECT_EQ(error_of(Endpoint::chat, {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}).param, "messages");
   EXPECT_EQ(error_of(Endpoint::completions, json::array({1, 2})).status, 400) << "a body that is not an object";
+}
+
+TEST(OpenAiProtocol, LogprobsAreACountForCompletionsAndASwitchForChat) {
+  EXPECT_EQ(parse(Endpoint::completions, {{"prompt", "Hi"}}).generation.sampling.logprobs, -1);
+  EXPECT_EQ(parse(Endpoint::completions, {{"prompt", "Hi"}, {"logprobs", 0}}).generation.sampling.logprobs, 0);
+  EXPECT_EQ(parse(Endpoint::completions, {{"prompt", "Hi"}, {"logprobs", 5}}).generation.sampling.logprobs, 5);
+  const json hi = {{{"role", "user"}, {"content", "Hi"}}};
+  EXPECT_EQ(parse(Endpoint::chat, {{"messages", hi}, {"logprobs", true}}).generation.sampling.logprobs, 0);
+  EXPECT_EQ(parse(Endpoint::chat, {{"messages", hi}, {"logprobs", true}, {"top_logprobs", 4}}).generation.sampling.logprobs,
+            4);
+
+  const int32_t hello = tokenizer().encode("Hello").front(), world = tokenizer().encode(" world").front();
+  const std::vector<TokenWithLogprobs> tokens = {{hello, {-0.5f, {{hello, -0.5f}, {world, -1.5f}}}},
+                                                 {world, {-0.25f, {{world, -0.25f}, {hello, -2.0f}}}}};
+  const json c = logprobs_json(Endpoint::completions, tokens, tokenizer(), 3);
+  EXPECT_EQ(c["tokens"], json({"Hello", " world"}));
+  EXPECT_EQ(c["token_logprobs"], json({-0.5, -0.25}));
+  EXPECT_EQ(c["top_logprobs"][0]["Hello"], -0.5);
+  EXPECT_EQ(c["top_logprobs"][1]["Hello"], -2.0);
+  EXPECT_EQ(c["text_offset"], json({3, 8})) << "from the echo's length, then each token's text";
+  const json chat = logprobs_json(Endpoint::chat, tokens, tokenizer(), 0);
+  EXPECT_EQ(chat["content"][1]["token"], " world");
+  EXPECT_EQ(chat["content"][1]["logprob"], -0.25);
+  EXPECT_EQ(chat["content"][1]["bytes"], json({32, 119, 111, 114, 108, 100}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], " world");
 }
 
 TEST(OpenAiProtocol, ResponsesAndChunksHaveTheClientsShapes) {

@@ -781,6 +781,37 @@ class OpenAIClientTests(ServerTestCase):
         self.assertEqual(r.usage.completion_tokens, 8)
         self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + 8)
 
+    def test_completion_logprobs(self):
+        r = self.greedy("Counting: one, two,", 5, logprobs=2)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 5)
+        if not any("\ufffd" in t for t in lp.tokens):  # a character split over tokens decodes apart
+            self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        self.assertEqual(len(lp.token_logprobs), 5)
+        self.assertEqual(lp.text_offset[0], 0)
+        for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertLessEqual(logprob, 0.0)
+            self.assertLessEqual(len(top), 2)
+            # Greedy draws the most likely token: the best alternative is the token itself.
+            self.assertAlmostEqual(max(top.values()), logprob, places=5)
+        # Streamed: one entry per token, the same values.
+        chunks = list(self.greedy("Counting: one, two,", 5, logprobs=2, stream=True))
+        streamed = [v for c in chunks if c.choices and c.choices[0].logprobs for v in c.choices[0].logprobs.token_logprobs]
+        self.assertEqual(len(streamed), 5)
+        for a, b in zip(streamed, lp.token_logprobs):
+            self.assertAlmostEqual(a, b, places=5)
+
+    def test_chat_logprobs(self):
+        r = self.chat([{"role": "user", "content": "Say something."}], logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        for entry in content:
+            self.assertLessEqual(entry.logprob, 0.0)
+            self.assertEqual(len(entry.top_logprobs), 3)
+            self.assertAlmostEqual(entry.top_logprobs[0].logprob, entry.logprob, places=5)
+            self.assertEqual(bytes(entry.bytes).decode("utf-8", "replace"), entry.token)
+        self.assertIsNone(self.chat([{"role": "user", "content": "Say something."}]).choices[0].logprobs)
+
     def test_completion_stream_matches(self):
         prompt = "Once more, with streaming"
         expected = self.greedy(prompt, 8)
@@ -916,9 +947,10 @@ class BadRequestTests(ServerTestCase):
         self.rejected(self.chat_with(n=2), path="/v1/chat/completions")
         self.assertServing()
 
-    def test_logprobs_not_supported(self):
-        error = self.rejected(self.completion_with(logprobs=1))
-        self.assertIn("logprobs", error["message"].lower())
+    def test_logprobs_out_of_range(self):
+        for value in (21, -1, "2"):
+            error = self.rejected(self.completion_with(logprobs=value))
+            self.assertIn("logprobs", error["message"].lower())
         self.assertServing()
 
     def test_unknown_model(self):

@@ -15,6 +15,26 @@ void validate(const SamplingParams& s) {
   if (s.top_k < 0) fail("sampling: top_k must be >= 0 (0 turns it off), found {}", s.top_k);
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) fail("sampling: top_p must be in (0, 1], found {}", s.top_p);
   if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) fail("sampling: min_p must be in [0, 1], found {}", s.min_p);
+  if (s.logprobs < -1 || s.logprobs > 20) fail("sampling: logprobs must be -1 (none) or 0 to 20, found {}", s.logprobs);
+}
+
+TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int32_t top_n) {
+  DI_CHECK(token >= 0 && token < vocab, "token_logprobs: token {} outside the vocabulary of {}", token, vocab);
+  // log_softmax in double: x - max - log(sum exp(x - max)).
+  double max = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) max = std::max(max, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  const double lse = max + std::log(sum);
+  TokenLogprobs out;
+  out.logprob = float(double(logits[token]) - lse);
+  const int64_t n = std::min<int64_t>(std::max(top_n, 0), vocab);
+  std::vector<int64_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                    [&](int64_t a, int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int64_t i = 0; i < n; ++i) out.top.emplace_back(int32_t(ids[size_t(i)]), float(double(logits[ids[size_t(i)]]) - lse));
+  return out;
 }
 
 int64_t argmax(const float* logits, int64_t vocab) {
