@@ -54,8 +54,11 @@ if [ -z "$prebuilt" ]; then
   for deb in .device-deps/*.deb; do dpkg -x "$deb" "$sysroot"; done
   [ -f .deps/qwen35-tokenizer/tokenizer.json ] || echo "warning: .deps/qwen35-tokenizer missing: carry it" >&2
   t=$(date +%s)
+  # The HTTP server (cpp-httplib, a shared library from the carried packages) only for its benchmark.
+  server_flag=-DDI_WITH_SERVER=OFF
+  [[ ",$benches," == *",serve,"* ]] && server_flag=-DDI_WITH_SERVER=ON
   if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
-      -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" ${DI_CMAKE_ARGS:-} \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" $server_flag ${DI_CMAKE_ARGS:-} \
       >"$logs/configure.log" 2>&1 &&
      cmake --build build-gpu --parallel "$(nproc)" >"$logs/build.log" 2>&1; then
     row "build (CUDA sm_90a)" "ok in $(( $(date +%s) - t )) s"
