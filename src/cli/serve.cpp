@@ -29,6 +29,7 @@ struct ServeOptions {
   size_t max_body_bytes = size_t(16) << 20;
   int http_threads = 512;
   double shutdown_timeout = 30;
+  std::string reasoning_parser;
 };
 
 void run_serve(const ServeOptions& o) {
@@ -51,6 +52,7 @@ void run_serve(const ServeOptions& o) {
   so.max_body_bytes = o.max_body_bytes;
   so.http_threads = o.http_threads;
   so.shutdown_timeout_s = o.shutdown_timeout;
+  so.reasoning_parser = o.reasoning_parser;
   server::HttpServer server(so);
   const int port = server.bind();
   std::thread listener([&] { server.serve(); });
@@ -97,6 +99,9 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--http-threads", o->http_threads, "connections served at once")->capture_default_str();
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds in-flight requests get after SIGTERM")
       ->capture_default_str();
+  cmd->add_option("--reasoning-parser", o->reasoning_parser,
+                  "qwen3: chat answers carry the thinking before </think> as reasoning_content")
+      ->check(CLI::IsMember({"qwen3"}));
   return Command{cmd, [o] { run_serve(*o); }};
 }
 

@@ -65,6 +65,7 @@ struct HttpServer::Active {
   bool logprobs = false;                       // the request asked for log-probabilities
   std::vector<TokenWithLogprobs> token_logprobs;  // a whole response's, or the stream's running offset
   int64_t text_offset = 0;
+  std::optional<ReasoningSplitter> reasoning;  // chat with the reasoning parser on
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Clock::time_point submitted, first_token, last_token;
   bool finished = false;
@@ -236,6 +237,8 @@ void HttpServer::install_routes() {
         active->include_usage = parsed.include_usage;
         active->logprobs = parsed.generation.sampling.logprobs >= 0;
         active->text_offset = int64_t(parsed.echo_text.size());
+        if (endpoint == Endpoint::chat && options_.reasoning_parser == "qwen3")
+          active->reasoning.emplace(parsed.prompt_opens_thinking);
         active->prompt_tokens = int64_t(parsed.generation.prompt.size());
         active->submitted = Clock::now();
         const Submitted submitted = host->engine().submit(std::move(parsed.generation));
@@ -276,6 +279,7 @@ void HttpServer::install_routes() {
         };
         auto sse = [&](const nlohmann::json& j) { return write("data: " + dump(j) + "\n\n"); };
         std::string text = active->echo_text;  // non-streamed: the whole output
+        std::string reasoning;                 // ... and its reasoning, with the parser on
         bool first = true;
         if (active->stream && !active->echo_text.empty()) {
           if (!sse(stream_chunk(active->endpoint, active->id, active->created, active->model, active->echo_text, true,
@@ -314,10 +318,13 @@ void HttpServer::install_routes() {
               active->token_logprobs.emplace_back(e->token, *e->logprobs);
             }
           }
+          ReasoningSplitter::Parts parts{"", e->text};
+          if (active->reasoning) parts = active->reasoning->push(e->text, e->finished);
           if (active->stream) {
-            if (!e->text.empty() || first || e->finished || !chunk_logprobs.is_null()) {
-              if (!sse(stream_chunk(active->endpoint, active->id, active->created, active->model, e->text, first, finish,
-                                    e->finished ? std::optional<Usage>(usage) : std::nullopt, chunk_logprobs)))
+            if (!parts.content.empty() || !parts.reasoning.empty() || first || e->finished || !chunk_logprobs.is_null()) {
+              if (!sse(stream_chunk(active->endpoint, active->id, active->created, active->model, parts.content, first,
+                                    finish, e->finished ? std::optional<Usage>(usage) : std::nullopt, chunk_logprobs,
+                                    parts.reasoning)))
                 return false;
               first = false;
             }
@@ -328,12 +335,14 @@ void HttpServer::install_routes() {
               write("data: [DONE]\n\n");
             }
           } else {
-            text += e->text;
+            text += parts.content;
+            reasoning += parts.reasoning;
             if (e->finished)
               write(dump(completion_response(
                   active->endpoint, active->id, active->created, active->model, text, finish, usage,
                   active->logprobs ? logprobs_json(active->endpoint, active->token_logprobs, tokenizer, active->text_offset)
-                                   : nlohmann::json(nullptr))));
+                                   : nlohmann::json(nullptr),
+                  active->reasoning ? std::optional<std::string>(reasoning) : std::nullopt)));
           }
           if (e->finished) {
             sink.done();

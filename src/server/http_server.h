@@ -37,6 +37,7 @@ struct ServerOptions {
   size_t max_body_bytes = size_t(16) << 20;          // larger bodies get 413
   int http_threads = 512;                            // connections served at once
   double shutdown_timeout_s = 30;                    // SIGTERM: in-flight requests get this long
+  std::string reasoning_parser;                      // "qwen3": chat answers split at "</think>"
 };
 
 class HttpServer {

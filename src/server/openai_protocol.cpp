@@ -1,5 +1,8 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -90,7 +93,46 @@ std::vector<int32_t> chat_prompt(const nlohmann::json& body, const Tokenizer& to
   return tokenizer.encode(text, /*parse_special=*/true);
 }
 
+constexpr std::string_view kThinkEnd = "</think>";
+
 }  // namespace
+
+ReasoningSplitter::Parts ReasoningSplitter::push(const std::string& text, bool last) {
+  Parts out;
+  held_ += text;
+  if (in_reasoning_) {
+    const size_t end = held_.find(kThinkEnd);
+    if (end == std::string::npos) {
+      // Keep back the longest tail that could be the start of the tag.
+      size_t keep = 0;
+      if (!last)
+        for (size_t n = std::min(held_.size(), kThinkEnd.size() - 1); n > 0; --n)
+          if (held_.compare(held_.size() - n, n, kThinkEnd, 0, n) == 0) {
+            keep = n;
+            break;
+          }
+      out.reasoning = held_.substr(0, held_.size() - keep);
+      held_.erase(0, held_.size() - keep);
+      return out;
+    }
+    out.reasoning = held_.substr(0, end);
+    held_.erase(0, end + kThinkEnd.size());
+    in_reasoning_ = false;
+    after_tag_ = true;
+  }
+  if (after_tag_) {
+    const size_t first = held_.find_first_not_of('\n');
+    if (first == std::string::npos) {
+      held_.clear();
+      return out;
+    }
+    held_.erase(0, first);
+    after_tag_ = false;
+  }
+  out.content = std::move(held_);
+  held_.clear();
+  return out;
+}
 
 nlohmann::json ApiError::body() const {
   return {{"error",
@@ -141,6 +183,9 @@ ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const
   std::vector<int32_t>& ids = r.generation.prompt;
   if (endpoint == Endpoint::chat) {
     ids = chat_prompt(body, tokenizer);
+    // The generation prompt ends "<think>\n" unless thinking is off (then "</think>\n\n").
+    const std::vector<int32_t> open = tokenizer.encode("<think>\n", /*parse_special=*/true);
+    r.prompt_opens_thinking = ids.size() >= open.size() && std::equal(open.begin(), open.end(), ids.end() - open.size());
   } else {
     const nlohmann::json* prompt = field(body, "prompt");
     if (!prompt) reject("'prompt' is required", "prompt");
@@ -283,12 +328,14 @@ nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenWithLogpr
 
 nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                                    const std::string& text, const char* finish_reason, const Usage& usage,
-                                   const nlohmann::json& logprobs) {
+                                   const nlohmann::json& logprobs, const std::optional<std::string>& reasoning) {
   nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs}};
-  if (endpoint == Endpoint::chat)
+  if (endpoint == Endpoint::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
+    if (reasoning) choice["message"]["reasoning_content"] = *reasoning;
+  } else {
     choice["text"] = text;
+  }
   return {{"id", id},
           {"object", endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
           {"created", created},
@@ -299,14 +346,16 @@ nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int
 
 nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                             const std::string& text, bool first, const char* finish_reason,
-                            const std::optional<Usage>& usage, const nlohmann::json& logprobs) {
+                            const std::optional<Usage>& usage, const nlohmann::json& logprobs,
+                            const std::string& reasoning) {
   nlohmann::json choice = {{"index", 0},
                            {"finish_reason", finish_reason ? nlohmann::json(finish_reason) : nlohmann::json(nullptr)},
                            {"logprobs", logprobs}};
   if (endpoint == Endpoint::chat) {
     nlohmann::json delta = nlohmann::json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || first) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!text.empty() || (first && reasoning.empty())) delta["content"] = text;
     choice["delta"] = delta;
   } else {
     choice["text"] = text;

@@ -164,6 +164,50 @@ TEST(OpenAiProtocol, LogprobsAreACountForCompletionsAndASwitchForChat) {
   EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], " world");
 }
 
+// Feeds pieces through a splitter and joins what it gives.
+ReasoningSplitter::Parts split(bool starts_in_reasoning, const std::vector<std::string>& pieces) {
+  ReasoningSplitter splitter(starts_in_reasoning);
+  ReasoningSplitter::Parts all;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ReasoningSplitter::Parts p = splitter.push(pieces[i], i + 1 == pieces.size());
+    all.reasoning += p.reasoning;
+    all.content += p.content;
+  }
+  return all;
+}
+
+TEST(OpenAiProtocol, TheReasoningParserSplitsAtTheEndOfThinking) {
+  auto expect = [](const ReasoningSplitter::Parts& p, const std::string& reasoning, const std::string& content,
+                   const char* what = "") {
+    EXPECT_EQ(p.reasoning, reasoning) << what;
+    EXPECT_EQ(p.content, content) << what;
+  };
+  expect(split(true, {"Let me think.", "</think>\n\nThe answer."}), "Let me think.", "The answer.");
+  expect(split(true, {"Hmm", "</th", "ink>", "\n", "\nYes"}), "Hmm", "Yes", "a tag split over pieces");
+  expect(split(true, {"a </", "b"}), "a </b", "", "a tag's start that was not one");
+  expect(split(true, {"still thinking </thi"}), "still thinking </thi", "", "the end: nothing held back");
+  expect(split(false, {"No thinking here", "</think> stays"}), "", "No thinking here</think> stays");
+  // Nothing is given early: each piece's reasoning excludes a tail that may open the tag.
+  ReasoningSplitter splitter(true);
+  EXPECT_EQ(splitter.push("abc</", false).reasoning, "abc");
+  const ReasoningSplitter::Parts rest = splitter.push("think>done", false);
+  EXPECT_EQ(rest.reasoning, "");
+  EXPECT_EQ(rest.content, "done");
+}
+
+TEST(OpenAiProtocol, ChatKnowsWhetherItsPromptOpensThinking) {
+  const json hi = {{{"role", "user"}, {"content", "Hi"}}};
+  EXPECT_TRUE(parse(Endpoint::chat, {{"messages", hi}}).prompt_opens_thinking);
+  EXPECT_FALSE(parse(Endpoint::chat, {{"messages", hi}, {"chat_template_kwargs", {{"enable_thinking", false}}}})
+                   .prompt_opens_thinking);
+  const json split_answer = completion_response(Endpoint::chat, "c", 1, "tiny", "Yes.", "stop", {}, nullptr,
+                                                std::string("Thought."));
+  EXPECT_EQ(split_answer["choices"][0]["message"]["reasoning_content"], "Thought.");
+  const json delta = stream_chunk(Endpoint::chat, "c", 1, "tiny", "", false, nullptr, std::nullopt, nullptr, "Thought.");
+  EXPECT_EQ(delta["choices"][0]["delta"]["reasoning_content"], "Thought.");
+  EXPECT_FALSE(delta["choices"][0]["delta"].contains("content"));
+}
+
 TEST(OpenAiProtocol, ResponsesAndChunksHaveTheClientsShapes) {
   const Usage usage{5, 3};
   const json c = completion_response(Endpoint::completions, "cmpl-1", 100, "tiny", "abc", "length", usage);

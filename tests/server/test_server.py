@@ -1028,6 +1028,43 @@ class BadRequestTests(ServerTestCase):
         self.assertServing()
 
 
+class ReasoningParserTests(ServerTestCase):
+    """--reasoning-parser qwen3: a chat answer's thinking (before </think>) is reasoning_content."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = start_server(extra=("--reasoning-parser", "qwen3"))
+        cls.client = openai_client(cls.server.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        stop_server(cls.server)
+
+    def ask(self, thinking, **fields):
+        return self.client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "Think, then answer."}], max_tokens=6,
+            temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": thinking}, "ignore_eos": True},
+            **fields)
+
+    def test_thinking_goes_to_reasoning_content(self):
+        # The tiny model never closes its thinking: everything it writes is reasoning.
+        r = self.ask(True)
+        message = r.choices[0].message.model_dump()
+        self.assertIsInstance(message.get("reasoning_content"), str)
+        self.assertNotEqual(message["reasoning_content"], "")
+        self.assertEqual(message["content"], "")
+        streamed = list(self.ask(True, stream=True))
+        reasoning = "".join((c.choices[0].delta.model_dump().get("reasoning_content") or "")
+                            for c in streamed if c.choices)
+        self.assertEqual(reasoning, message["reasoning_content"])
+
+    def test_without_thinking_everything_is_content(self):
+        message = self.ask(False).choices[0].message.model_dump()
+        self.assertEqual(message.get("reasoning_content"), "")
+        self.assertNotEqual(message["content"], "")
+
+
 class AuthTests(ServerTestCase):
     """A server with --api-key, and without --served-model-name: the model's directory names it."""
 
