@@ -1,6 +1,8 @@
 #include "model/tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +92,20 @@ TensorToWrite make_tensor(const std::string& name, const Shape& shape, Rng& rng)
   return t;
 }
 
+// The presets' geometries; everything else (head sizes, vocabulary, rope) is Qwen3.5's, below.
+struct Preset {
+  const char* name;
+  int64_t hidden, intermediate, layers, q_heads, kv_heads, gdn_key_heads, gdn_value_heads;
+  bool tied;
+};
+constexpr Preset kPresets[] = {
+    {"tiny", 64, 160, 8, 4, 2, 2, 4, true},
+    // tiny with eight attention and GDN value heads: every tensor-parallel size up to 8 splits it.
+    {"tiny-wide", 64, 256, 8, 8, 2, 4, 8, true},
+    {"4b-geometry", 2560, 9216, 32, 16, 4, 16, 32, true},
+    {"27b-geometry", 5120, 17408, 64, 24, 4, 16, 48, false},
+};
+
 }  // namespace
 
 ModelConfig tiny_model_config(const TinyModelOptions& o) {
@@ -104,44 +120,18 @@ ModelConfig tiny_model_config(const TinyModelOptions& o) {
   c.linear_value_head_dim = 128;
   c.linear_conv_kernel_dim = 4;
   c.max_position_embeddings = 262144;
-  c.tie_word_embeddings = true;
-  if (o.preset == "tiny") {
-    c.hidden_size = 64;
-    c.intermediate_size = 160;
-    c.num_layers = 8;
-    c.num_attention_heads = 4;
-    c.num_kv_heads = 2;
-    c.linear_num_key_heads = 2;
-    c.linear_num_value_heads = 4;
-  } else if (o.preset == "4b-geometry") {
-    c.hidden_size = 2560;
-    c.intermediate_size = 9216;
-    c.num_layers = 32;
-    c.num_attention_heads = 16;
-    c.num_kv_heads = 4;
-    c.linear_num_key_heads = 16;
-    c.linear_num_value_heads = 32;
-  } else if (o.preset == "tiny-wide") {
-    // tiny with eight attention and GDN value heads: every tensor-parallel size up to 8 splits it.
-    c.hidden_size = 64;
-    c.intermediate_size = 256;
-    c.num_layers = 8;
-    c.num_attention_heads = 8;
-    c.num_kv_heads = 2;
-    c.linear_num_key_heads = 4;
-    c.linear_num_value_heads = 8;
-  } else if (o.preset == "27b-geometry") {
-    c.hidden_size = 5120;
-    c.intermediate_size = 17408;
-    c.num_layers = 64;
-    c.num_attention_heads = 24;
-    c.num_kv_heads = 4;
-    c.linear_num_key_heads = 16;
-    c.linear_num_value_heads = 48;
-    c.tie_word_embeddings = false;
-  } else {
+  const auto preset = std::find_if(std::begin(kPresets), std::end(kPresets),
+                                   [&](const Preset& p) { return o.preset == p.name; });
+  if (preset == std::end(kPresets))
     fail("make-tiny-model: unknown preset '{}' (known: tiny, tiny-wide, 4b-geometry, 27b-geometry)", o.preset);
-  }
+  c.hidden_size = preset->hidden;
+  c.intermediate_size = preset->intermediate;
+  c.num_layers = preset->layers;
+  c.num_attention_heads = preset->q_heads;
+  c.num_kv_heads = preset->kv_heads;
+  c.linear_num_key_heads = preset->gdn_key_heads;
+  c.linear_num_value_heads = preset->gdn_value_heads;
+  c.tie_word_embeddings = preset->tied;
   if (o.layers < 0) fail("make-tiny-model: --layers must be positive, found {}", o.layers);
   if (o.layers > 0) c.num_layers = o.layers;
   c.rotary_dim = int64_t(double(c.head_dim) * c.partial_rotary_factor);
