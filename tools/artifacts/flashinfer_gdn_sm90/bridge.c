@@ -1,0 +1,96 @@
+/* deltainfer's side of one exported FlashInfer SM90 GDN prefill variant: linked with the object and
+ * header CuTe DSL's export_to_c writes (compiled with -include <that header> and
+ * -DDI_EXPORT_PREFIX=<its symbol prefix>), into the shared object of the bundle. It gives the loader
+ * three stable symbols; the generated names, tensor structs and argument order stay in here.
+ *
+ * The kernel's view of deltainfer's tensors (FlashInfer's own wrapper builds the same strided views):
+ *   q  [T, D, Hk]  strides (Hk*D, 1, D)      k  [D, T, Hk]  strides (1, Hk*D, D)
+ *   v  [D, T, Hv]  strides (1, Hv*D, D)      o  [D, T, Hv]  strides (1, Hv*D, D)
+ *   state pools [slots, Hv, D, D] read as [slot, head, V, K]: the "vk" variant has K contiguous
+ *   (deltainfer's [H,V,K]), the "kv" variant V contiguous (deltainfer's [H,K,V]); the dynamic
+ *   strides are the same numbers in both, (Hv*D*D, D*D, D).
+ * Slot mode: sequence i reads its initial state from read_slot[i] (negative: zero state) and writes
+ * its final state to write_slot[i] (negative: not written). */
+#include <stdint.h>
+
+#define DI_CAT2(a, b) a##b
+#define DI_CAT(a, b) DI_CAT2(a, b)
+#define DI_T(name) DI_CAT(DI_EXPORT_PREFIX, DI_CAT(_Tensor_, DI_CAT(name, _t)))
+
+#define DI_EXPORT __attribute__((visibility("default")))
+
+/* Must match FlashInferGdnLaunch in src/gdn/flashinfer_sm90.cpp (checked through the ABI number). */
+typedef struct {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  const float* alpha; /* exp(g), [T, Hv] */
+  const float* beta;  /* [T, Hv] */
+  float* final_state;
+  const float* initial_state;
+  const int32_t* read_slot;
+  const int32_t* write_slot;
+  void* tensormaps; /* tensormap_bytes of device scratch: one 128-byte descriptor per SM id */
+  const int32_t* cu_seqlens;
+  int64_t total_tokens;
+  int64_t tensormap_bytes;
+  int32_t num_seqs;
+  int32_t num_k_heads;
+  int32_t num_v_heads;
+  int32_t num_slots;
+  float scale;
+} di_flashinfer_gdn_launch_args;
+
+enum { kHeadDim = 128, kAbiVersion = 1 };
+
+DI_EXPORT int di_flashinfer_gdn_abi(void) { return kAbiVersion; }
+
+static DI_CAT(DI_EXPORT_PREFIX, _Kernel_Module_t) g_module;
+
+/* Loads the embedded cubin on every visible device; returns a cudaError_t. */
+DI_EXPORT int di_flashinfer_gdn_load(void) {
+  cudaLibrary_t* library = &g_module.module;
+  cudaError_t ret = cudaSuccess;
+  struct {
+    cudaLibrary_t** library;
+    cudaError_t* ret;
+  } init_args = {&library, &ret};
+  DI_CAT(_mlir_, DI_CAT(DI_EXPORT_PREFIX, _cuda_init))((void**)&init_args);
+  if (ret != cudaSuccess) return (int)ret;
+  int32_t device_count = 0;
+  cudaError_t err = cudaGetDeviceCount(&device_count);
+  if (err != cudaSuccess) return (int)err;
+  for (int32_t device = 0; device < device_count; ++device) {
+    struct {
+      cudaLibrary_t** library;
+      int32_t* device_id;
+      cudaError_t* ret;
+    } load_args = {&library, &device, &ret};
+    DI_CAT(_mlir_, DI_CAT(DI_EXPORT_PREFIX, _cuda_load_to_device))((void**)&load_args);
+    if (ret != cudaSuccess) return (int)ret;
+  }
+  return 0;
+}
+
+/* Enqueues one prefill on the stream; returns the export's status (0 on success). */
+DI_EXPORT int di_flashinfer_gdn_launch(const di_flashinfer_gdn_launch_args* a, cudaStream_t stream) {
+  const int32_t T = (int32_t)a->total_tokens, Hk = a->num_k_heads, Hv = a->num_v_heads, D = kHeadDim;
+  DI_T(g_q) q = {(void*)a->q, {T, D, Hk}, {(int64_t)Hk * D, D}};
+  DI_T(g_k) k = {(void*)a->k, {D, T, Hk}, {(int64_t)Hk * D, D}};
+  DI_T(g_v) v = {(void*)a->v, {D, T, Hv}, {(int64_t)Hv * D, D}};
+  DI_T(g_o) o = {a->out, {D, T, Hv}, {(int64_t)Hv * D, D}};
+  DI_T(g_alpha) alpha = {(void*)a->alpha, {T * Hv}};
+  DI_T(g_beta) beta = {(void*)a->beta, {T * Hv}};
+  const int64_t slot_stride = (int64_t)Hv * D * D;
+  DI_T(g_state) state = {a->final_state, {a->num_slots, Hv, D, D}, {slot_stride, (int64_t)D * D, D}};
+  DI_T(g_init_state) init = {(void*)a->initial_state, {a->num_slots, Hv, D, D}, {slot_stride, (int64_t)D * D, D}};
+  DI_T(g_state_indices) read_slot = {(void*)a->read_slot, {a->num_seqs}};
+  DI_T(g_output_state_indices) write_slot = {(void*)a->write_slot, {a->num_seqs}};
+  DI_T(g_tensormaps) tensormaps = {a->tensormaps, {(int32_t)a->tensormap_bytes}};
+  DI_T(cu_seqlens) cu = {(void*)a->cu_seqlens, {a->num_seqs + 1}};
+  return DI_CAT(cute_dsl_, DI_CAT(DI_EXPORT_PREFIX, _wrapper))(
+      &g_module, &q, &k, &v, &o, &alpha, &beta, &state, &init, &read_slot, &tensormaps, &cu, a->scale,
+      /*num_q_heads=*/Hk, /*num_k_heads=*/Hk, /*num_v_heads=*/Hv, /*num_sab_heads=*/Hv, a->num_seqs,
+      /*total_checkpoints=*/1, /*checkpoint_every_n_tokens=*/0, &write_slot, /*grid_x=*/a->num_seqs * Hv, stream);
+}
