@@ -98,6 +98,27 @@ if [ "$gpus" -ge 2 ] && { want tp || [ $tests -eq 1 ]; } && [ ! -f "$model27b/mo
 fi
 [ -f "$model27b/model.safetensors" ] && export DI_27B_MODEL_DIR=$model27b
 
+# The flashinfer-sm90 GDN backend's bundle, when carried (tools/artifacts/flashinfer_gdn_sm90/generate.sh
+# writes it; carry build-artifacts/flashinfer-gdn-sm90): checked against the build's pins, then named
+# to every test and benchmark through DI_GDN_ARTIFACTS. Without it that backend refuses, saying why.
+bundle=build-artifacts/flashinfer-gdn-sm90
+if [ -d "$bundle" ]; then
+  if "$build/deltainfer" artifacts verify "$bundle" >"$logs/artifacts-verify.txt" 2>&1; then
+    export DI_GDN_ARTIFACTS=$PWD/$bundle
+    row "flashinfer-gdn-sm90 bundle" "matches the pins (DI_GDN_ARTIFACTS set)"
+    # The external kernel's machine code, as for sm90 below.
+    if command -v cuobjdump >/dev/null; then
+      for layout in vk kv; do
+        cuobjdump -sass "$bundle/fi_gdn_sm90_$layout.cubin" >"$logs/fi_gdn_sm90_$layout.sass" 2>&1
+        cuobjdump -res-usage "$bundle/fi_gdn_sm90_$layout.cubin" >"$logs/fi_gdn_sm90_$layout.res-usage.txt" 2>&1
+      done
+      row "flashinfer-sm90 SASS (vk)" "$(grep -c HGMMA "$logs/fi_gdn_sm90_vk.sass") HGMMA, $(grep -c 'STL\|LDL' "$logs/fi_gdn_sm90_vk.sass") local loads/stores; $(grep -o 'REG:[0-9]*' "$logs/fi_gdn_sm90_vk.res-usage.txt" | head -1)"
+    fi
+  else
+    row "flashinfer-gdn-sm90 bundle" "REFUSED (artifacts-verify.txt)"; failed=1
+  fi
+fi
+
 # 2. Tests.
 if [ $tests -eq 1 ]; then
   filter='^gpu\.|^cli\.end_to_end$'

@@ -16,7 +16,7 @@ struct Command {
 std::vector<Command> register_commands(CLI::App& app);
 
 // One per subcommand (generate.cpp, score.cpp, tokenize.cpp, model_tools.cpp, bench_offline.cpp,
-// serve.cpp).
+// serve.cpp, model_tools.cpp).
 Command add_generate(CLI::App& app);
 Command add_chat(CLI::App& app);
 Command add_score(CLI::App& app);
@@ -27,5 +27,6 @@ Command add_make_tiny_model(CLI::App& app);
 Command add_version(CLI::App& app);
 Command add_bench_offline(CLI::App& app);
 Command add_serve(CLI::App& app);
+Command add_artifacts_verify(CLI::App& app);
 
 }  // namespace di::cli

@@ -1,8 +1,8 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
-
 
 #include "core/error.h"
 #include "engine/engine_host.h"
@@ -56,6 +56,11 @@ void ModelOptions::add_to(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--gdn-prefill-backend", gdn_prefill_backend,
                   "force a GDN prefill backend by name instead of the production dispatch (GPU only)");
+  cmd->add_option("--gdn-artifacts", gdn_artifacts,
+                  "the flashinfer-sm90 backend's bundle directory (sets DI_GDN_ARTIFACTS; "
+                  "tools/artifacts/flashinfer_gdn_sm90/generate.sh writes it)")
+      ->check(CLI::ExistingDirectory)
+      ->each([](const std::string& dir) { setenv("DI_GDN_ARTIFACTS", dir.c_str(), 1); });
 }
 
 void EngineCliOptions::add_to(CLI::App* cmd, bool with_max_model_len) {

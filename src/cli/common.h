@@ -28,6 +28,7 @@ struct ModelOptions {
   std::string device = "auto";
   std::string precision = "bf16";
   std::string gdn_prefill_backend;
+  std::string gdn_artifacts;
   void add_to(CLI::App* cmd);
 };
 

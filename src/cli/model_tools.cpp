@@ -1,4 +1,4 @@
-// deltainfer inspect, make-tiny-model and version.
+// deltainfer inspect, make-tiny-model, version and artifacts verify.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +11,8 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/provenance.h"
+#include "core/sha256.h"
+#include "gdn/artifact_bundle.h"
 #include "model/tiny_model.h"
 #include "model/weights.h"
 
@@ -92,6 +94,22 @@ Command add_version(CLI::App& app) {
     }
     std::printf("deltainfer %s\ncommit %s%s\ncuda %s (archs %s, nvcc %s)\ncompiler %s\n", DI_VERSION, b.commit,
                 b.dirty ? " (dirty)" : "", b.cuda ? "yes" : "no", b.cuda_archs, b.nvcc_version, b.cxx_compiler);
+  }};
+}
+
+Command add_artifacts_verify(CLI::App& app) {
+  auto* artifacts = app.add_subcommand("artifacts", "kernel bundles compiled ahead of time (tools/artifacts/)");
+  artifacts->require_subcommand(1);
+  auto* cmd = artifacts->add_subcommand(
+      "verify", "check a bundle against the SHA-256 this build pins for every file (its manifest included)");
+  auto dir = std::make_shared<std::string>();
+  cmd->add_option("DIR", *dir, "the bundle's directory (e.g. build-artifacts/flashinfer-gdn-sm90)")->required();
+  return Command{cmd, [dir] {
+    const gdn::BundlePin& pin = gdn::flashinfer_gdn_sm90_pin();
+    const std::vector<std::string> problems = gdn::bundle_problems(*dir, pin);
+    if (!problems.empty()) fail("{}", gdn::describe_problems(*dir, pin, problems));
+    std::printf("%s at %s: every file matches this build's pin\n", pin.name.c_str(), dir->c_str());
+    for (const auto& [name, sha] : pin.sha256) std::printf("  %s  %s\n", sha.c_str(), name.c_str());
   }};
 }
 

@@ -5,12 +5,16 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "gdn/baseline_prefill.h"
+#include "gdn/flashinfer_sm90.h"
 #include "gdn/sm90_prefill.h"
 
 namespace di::gdn {
 
 const std::vector<const di_gdn_prefill_backend*>& prefill_backends() {
-  static const std::vector<const di_gdn_prefill_backend*> backends = {&gdn_sm90_backend(), &gdn_baseline_backend()};
+  // flashinfer-sm90 (an external kernel from a pinned bundle) comes last: it serves only when forced
+  // or when both of deltainfer's own refuse (docs/models/qwen35/external-gdn-backend.md).
+  static const std::vector<const di_gdn_prefill_backend*> backends = {&gdn_sm90_backend(), &gdn_baseline_backend(),
+                                                                      &gdn_flashinfer_sm90_backend()};
   return backends;
 }
 

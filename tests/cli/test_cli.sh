@@ -157,5 +157,15 @@ expect_fail "bench-offline with no requests" "must be >= 1" "$bin" bench-offline
 expect_fail "bench-offline with no sequences" "max_num_seqs must be >= 1" "$bin" bench-offline --model "$model" \
   --device cpu --max-num-seqs 0
 
+# artifacts verify: a bundle is checked against this build's pins, never only against its own manifest.
+mkdir -p "$work/forged-bundle"
+echo '{"bundle": "flashinfer-gdn-sm90", "sha256": {}}' >"$work/forged-bundle/manifest.json"
+echo "// not the kernel" >"$work/forged-bundle/fi_gdn_sm90_vk.ptx"
+expect_fail "artifacts verify: forged bundle" "fi_gdn_sm90_vk.ptx has SHA-256" "$bin" artifacts verify "$work/forged-bundle"
+expect_fail "artifacts verify: missing artifacts" "fi_gdn_sm90_kv.so is missing" "$bin" artifacts verify "$work/forged-bundle"
+expect_fail "artifacts verify: not a directory" "is not a directory" "$bin" artifacts verify "$work/nope"
+expect_fail "--gdn-artifacts must exist" "gdn-artifacts" "$bin" generate --model "$model" --prompt-ids 1 \
+  --gdn-artifacts "$work/nope"
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

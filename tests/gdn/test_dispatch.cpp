@@ -7,6 +7,7 @@
 
 #include "gdn/baseline_prefill.h"
 #include "gdn/dispatch.h"
+#include "gdn/flashinfer_sm90.h"
 #include "gdn/sm90_prefill.h"
 #include "support/expect_error.h"
 
@@ -22,9 +23,10 @@ constexpr di_gdn_device kA100{8, 0, 108, 166912};
 constexpr di_gdn_device kB200{10, 0, 148, 232448};
 
 TEST(GdnDispatch, TheProductionOrderIsFastestFirst) {
-  ASSERT_EQ(prefill_backends().size(), 2u);
+  ASSERT_EQ(prefill_backends().size(), 3u);
   EXPECT_EQ(prefill_backends()[0], &gdn_sm90_backend());
   EXPECT_EQ(prefill_backends()[1], &gdn_baseline_backend());
+  EXPECT_EQ(prefill_backends()[2], &gdn_flashinfer_sm90_backend());
 }
 
 TEST(GdnDispatch, HopperGetsSm90OtherGpusTheBaseline) {
@@ -70,6 +72,19 @@ TEST(GdnDispatch, NoSilentFallback) {
   // An unknown name lists what this build has.
   EXPECT_TRUE(throws_error_with([] { choose_prefill_backend(kQwen4b, kH200, DI_GDN_STATE_KV, "fla"); },
                                 {"unknown GDN prefill backend 'fla'", "sm90", "baseline"}));
+}
+
+TEST(GdnDispatch, TheExternalBackendServesOnlyWhenForcedAndSaysWhyNot) {
+  // Last in the order: deltainfer's own backends serve every case it could.
+  for (const di_gdn_device& device : {kH200, kA100})
+    EXPECT_STRNE(choose_prefill_backend(kQwen4b, device, DI_GDN_STATE_KV, "").name, "flashinfer-sm90");
+  EXPECT_TRUE(throws_error_with([] { choose_prefill_backend(kQwen4b, kA100, DI_GDN_STATE_VK, "flashinfer-sm90"); },
+                                {"'flashinfer-sm90' was forced but cannot serve", "compute capability 8.0"}));
+  EXPECT_TRUE(throws_error_with([] { choose_prefill_backend({16, 32, 64, 64}, kH200, DI_GDN_STATE_KV, "flashinfer-sm90"); },
+                                {"'flashinfer-sm90' was forced but cannot serve", "k_dim 64"}));
+  if (flashinfer_sm90_bundle_dir().empty())
+    EXPECT_TRUE(throws_error_with([] { choose_prefill_backend(kQwen4b, kH200, DI_GDN_STATE_KV, "flashinfer-sm90"); },
+                                  {"'flashinfer-sm90' was forced but cannot serve", "DI_GDN_ARTIFACTS"}));
 }
 
 }  // namespace

@@ -11,7 +11,9 @@ INSTANTIATE_TEST_SUITE_P(Cuda, GoldenTest,
                                            GoldenCase{"bf16", "short", "cuda", "baseline"},
                                            GoldenCase{"bf16", "long", "cuda", "baseline"},
                                            GoldenCase{"bf16", "short", "cuda", "sm90"},
-                                           GoldenCase{"bf16", "long", "cuda", "sm90"}),
+                                           GoldenCase{"bf16", "long", "cuda", "sm90"},
+                                           GoldenCase{"bf16", "short", "cuda", "flashinfer-sm90"},
+                                           GoldenCase{"bf16", "long", "cuda", "flashinfer-sm90"}),
                          case_name);
 
 }  // namespace

@@ -86,7 +86,9 @@ inline void PrintTo(const GoldenCase& c, std::ostream* os) {
 }
 
 inline std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) {
-  return info.param.precision + "_" + info.param.prompt + (info.param.gdn_backend.empty() ? "" : "_" + info.param.gdn_backend);
+  std::string backend = info.param.gdn_backend;
+  std::replace(backend.begin(), backend.end(), '-', '_');  // test names are identifiers
+  return info.param.precision + "_" + info.param.prompt + (backend.empty() ? "" : "_" + backend);
 }
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
@@ -114,7 +116,8 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
                                            CudaOpsOptions{.gdn_prefill_backend = backend});
       // A GDN backend with bf16 tensor-core operands rounds at other points than the float32 one:
       // its own tolerance row (tolerance.h), whether forced or chosen by the production dispatch.
-      if (std::string(gpu->gdn_prefill_backend().name) == "sm90") tol_ = testing::kGoldenBf16LogitTensorCoreGdn;
+      if (const std::string name = gpu->gdn_prefill_backend().name; name == "sm90" || name == "flashinfer-sm90")
+        tol_ = testing::kGoldenBf16LogitTensorCoreGdn;
       ops_ = std::move(gpu);
 #else
       GTEST_SKIP() << "built without CUDA";

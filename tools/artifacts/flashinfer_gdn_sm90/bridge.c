@@ -11,6 +11,7 @@
  *   strides are the same numbers in both, (Hv*D*D, D*D, D).
  * Slot mode: sequence i reads its initial state from read_slot[i] (negative: zero state) and writes
  * its final state to write_slot[i] (negative: not written). */
+#include <pthread.h>
 #include <stdint.h>
 
 #define DI_CAT2(a, b) a##b
@@ -47,9 +48,10 @@ enum { kHeadDim = 128, kAbiVersion = 1 };
 DI_EXPORT int di_flashinfer_gdn_abi(void) { return kAbiVersion; }
 
 static DI_CAT(DI_EXPORT_PREFIX, _Kernel_Module_t) g_module;
+static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
+static int g_load_status = 0;
 
-/* Loads the embedded cubin on every visible device; returns a cudaError_t. */
-DI_EXPORT int di_flashinfer_gdn_load(void) {
+static void load_once(void) {
   cudaLibrary_t* library = &g_module.module;
   cudaError_t ret = cudaSuccess;
   struct {
@@ -57,10 +59,16 @@ DI_EXPORT int di_flashinfer_gdn_load(void) {
     cudaError_t* ret;
   } init_args = {&library, &ret};
   DI_CAT(_mlir_, DI_CAT(DI_EXPORT_PREFIX, _cuda_init))((void**)&init_args);
-  if (ret != cudaSuccess) return (int)ret;
+  if (ret != cudaSuccess) {
+    g_load_status = (int)ret;
+    return;
+  }
   int32_t device_count = 0;
   cudaError_t err = cudaGetDeviceCount(&device_count);
-  if (err != cudaSuccess) return (int)err;
+  if (err != cudaSuccess) {
+    g_load_status = (int)err;
+    return;
+  }
   for (int32_t device = 0; device < device_count; ++device) {
     struct {
       cudaLibrary_t** library;
@@ -68,9 +76,18 @@ DI_EXPORT int di_flashinfer_gdn_load(void) {
       cudaError_t* ret;
     } load_args = {&library, &device, &ret};
     DI_CAT(_mlir_, DI_CAT(DI_EXPORT_PREFIX, _cuda_load_to_device))((void**)&load_args);
-    if (ret != cudaSuccess) return (int)ret;
+    if (ret != cudaSuccess) {
+      g_load_status = (int)ret;
+      return;
+    }
   }
-  return 0;
+}
+
+/* Loads the embedded cubin on every visible device, once per process however often it is called
+ * (every copy of the loader in a process shares this object); returns a cudaError_t. */
+DI_EXPORT int di_flashinfer_gdn_load(void) {
+  pthread_once(&g_load_once, load_once);
+  return g_load_status;
 }
 
 /* Enqueues one prefill on the stream; returns the export's status (0 on success). */

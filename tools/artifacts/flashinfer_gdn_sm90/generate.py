@@ -217,6 +217,7 @@ def main():
             "patch_sha256": pins["patch"]["aot.patch"],
             "patched_source_sha256": pins["patched"][KERNEL_SOURCE],
             "cute_dsl_static_runtime_sha256": runtime_sha,
+            "bridge_sha256": sha256(opts.bridge),
         },
         "toolchain": {
             "cutlass_dsl": cutlass.__version__,
