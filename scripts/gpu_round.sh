@@ -11,7 +11,7 @@
 #          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
-#        gdn,peers,engine,offline,tp,cli,hf (default: all; tp needs 2 or more GPUs); DI_CMAKE_ARGS adds CMake arguments (e.g.
+#        gdn,peers,engine,offline,tp,gdn-ab,cli,hf (default: all; tp needs 2 or more GPUs); DI_CMAKE_ARGS adds CMake arguments (e.g.
 #        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler); DI_OFFLINE_CONCURRENCY picks the offline
 #        benchmark's concurrency levels (default "1 8 16 64");
 #        (LOG_DIR defaults to $OUT, else gpu-logs; the two variables, read where the tree was sent
@@ -76,7 +76,7 @@ want() { [[ ",$benches," == *",$1,"* ]] && [ $bench -eq 1 ]; }
 model4b=/tmp/deltainfer-4b-geometry
 need4b=0
 { [ $tests -eq 1 ] && [ -z "$test_filter" ]; } && need4b=1
-{ want engine || want offline || want cli || want hf; } && need4b=1
+{ want engine || want offline || want gdn-ab || want cli || want hf; } && need4b=1
 if [ $need4b -eq 1 ] && [ ! -f "$model4b/model.safetensors" ]; then
   t=$(date +%s)
   "$build/deltainfer" make-tiny-model --preset 4b-geometry --no-tokenizer "$model4b" >"$logs/make-4b.log" 2>&1 ||
@@ -230,6 +230,40 @@ with open(f"{logs}/tp.txt", "a") as out:
 PY
   row "tensor parallelism (bench-offline)" "$(grep -c '^| deltainfer' "$logs/tp.txt") runs (tp.txt)"
 fi
+if want gdn-ab; then
+  # The GDN prefill backends on the production path: the 4b-geometry engine with each backend forced,
+  # interleaved A, B, B, A per scenario (prefill only: N tokens in, 1 out); the pairs from
+  # DI_GDN_AB (default "sm90 flashinfer-sm90", baseline too when named); gdn-ab.json holds every report.
+  : >"$logs/gdn-ab.txt"
+  : >"$logs/gdn-ab-runs.txt"
+  rm -f /tmp/gdnab_*.json
+  set -- ${DI_GDN_AB:-sm90 flashinfer-sm90}
+  a=$1 b=$2
+  i=0
+  for scenario in "2048 1 8" "8192 1 4" "32768 1 2" "128 8 32"; do
+    set -- $scenario
+    for backend in $a $b $b $a; do
+      i=$((i + 1))
+      "$build/deltainfer" bench-offline --model "$model4b" --device cuda --gdn-prefill-backend "$backend" \
+          --input-len $1 --output-len 1 --concurrency $2 --num-requests $3 --max-num-seqs 64 \
+          --max-num-batched-tokens 32768 --json "/tmp/gdnab_$i.json" >>"$logs/gdn-ab-runs.txt" 2>&1 ||
+        { row "gdn-ab $backend $scenario" "FAILED (gdn-ab-runs.txt)"; failed=1; }
+    done
+  done
+  python3 - "$logs" /tmp/gdnab_*.json <<'PY' 2>>"$logs/gdn-ab-runs.txt" || true
+import json, sys
+logs, files = sys.argv[1], sys.argv[2:]
+reports = [json.load(open(f)) for f in sorted(files, key=lambda f: int(f.split('_')[-1].split('.')[0]))]
+json.dump(reports, open(f"{logs}/gdn-ab.json", "w"), indent=1)
+with open(f"{logs}/gdn-ab.txt", "a") as out:
+    out.write("| GDN backend | in x conc | requests | TTFT p50 ms | TTFT p90 ms | total tok/s |\n|---|---|---|---|---|---|\n")
+    for r in reports:
+        w = r["workload"]
+        out.write(f"| {r.get('gdn_prefill_backend', '?')} | {w['input_len']} x {w['concurrency']} | {w['num_requests']} "
+                  f"| {1e3 * r['ttft_s']['p50']:.2f} | {1e3 * r['ttft_s']['p90']:.2f} | {r['total_tokens_per_s']:.0f} |\n")
+PY
+  row "GDN backends through the engine" "$(grep -c '^| [a-z]' "$logs/gdn-ab.txt") runs (gdn-ab.txt)"
+fi
 if want cli; then
   t0=$(date +%s.%N)
   "$build/deltainfer" generate --model "$model4b" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 1 \
@@ -246,7 +280,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt gdn-ab.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed

@@ -169,6 +169,8 @@ void run_bench(const BenchOptions& o) {
         {"model", o.engine.model.model_dir},
         {"device", host.device()},
         {"tensor_parallel_size", o.engine.tensor_parallel_size},
+        {"gdn_prefill_backend",
+         o.engine.model.gdn_prefill_backend.empty() ? std::string("production dispatch") : o.engine.model.gdn_prefill_backend},
         {"workload", {{"num_requests", o.num_requests}, {"input_len", o.input_len}, {"output_len", o.output_len},
                       {"concurrency", o.concurrency}, {"seed", o.seed}, {"warmup_requests", warmup}}},
         {"scheduler", {{"state_slots", host.scheduler_config().num_state_slots},

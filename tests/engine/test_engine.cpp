@@ -393,7 +393,9 @@ TEST_F(EngineTinyModel, LogprobsAreThoseOfTheRawDistribution) {
       EXPECT_EQ(e->logprobs->top[0].second, e->logprobs->logprob);
       for (size_t i = 0; i < 3; ++i) {
         EXPECT_NEAR(e->logprobs->top[i].second, double(logits[size_t(e->logprobs->top[i].first)]) - lse, 1e-4);
-        if (i > 0) EXPECT_LE(e->logprobs->top[i].second, e->logprobs->top[i - 1].second);
+        if (i > 0) {
+          EXPECT_LE(e->logprobs->top[i].second, e->logprobs->top[i - 1].second);
+        }
       }
       const int32_t next[1] = {e->token};
       logits = alone.feed(next);

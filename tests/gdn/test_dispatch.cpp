@@ -82,9 +82,10 @@ TEST(GdnDispatch, TheExternalBackendServesOnlyWhenForcedAndSaysWhyNot) {
                                 {"'flashinfer-sm90' was forced but cannot serve", "compute capability 8.0"}));
   EXPECT_TRUE(throws_error_with([] { choose_prefill_backend({16, 32, 64, 64}, kH200, DI_GDN_STATE_KV, "flashinfer-sm90"); },
                                 {"'flashinfer-sm90' was forced but cannot serve", "k_dim 64"}));
-  if (flashinfer_sm90_bundle_dir().empty())
+  if (flashinfer_sm90_bundle_dir().empty()) {
     EXPECT_TRUE(throws_error_with([] { choose_prefill_backend(kQwen4b, kH200, DI_GDN_STATE_KV, "flashinfer-sm90"); },
                                   {"'flashinfer-sm90' was forced but cannot serve", "DI_GDN_ARTIFACTS"}));
+  }
 }
 
 }  // namespace

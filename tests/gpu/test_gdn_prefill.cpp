@@ -246,7 +246,12 @@ GpuResult run_backend(const di_gdn_prefill_backend& backend, const Batch& b, con
   args.state_indices = setup.slots.empty() ? nullptr : slots.data();
   args.out = out.data();
 
-  r.status = backend.run(&args, nullptr, 0, reinterpret_cast<di_gdn_stream>(stream));
+  // The scratch the backend asks for, poisoned: nothing may rely on its contents.
+  const di_gdn_prefill_shape shape{b.geometry, args.num_seqs, args.total_tokens};
+  cuda::DeviceBuffer<uint8_t> scratch(backend.scratch_bytes(&shape));
+  scratch.fill_bytes(0xFF);
+  r.status = backend.run(&args, scratch.size() > 0 ? scratch.data() : nullptr, scratch.size(),
+                         reinterpret_cast<di_gdn_stream>(stream));
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   r.out = bf16_to_floats(out.download());
   if (setup.write_final)
