@@ -105,9 +105,10 @@ const Bundle& bundle() {
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
-// Scratch sections, each 256-byte aligned: tensormaps | alpha | read slots | write slots | q | k.
+// Scratch sections, each 256-byte aligned: tensormaps | alpha | read, write and pass-through slot
+// lists | q | k.
 struct ScratchLayout {
-  size_t tensormaps = 0, alpha = 0, read_slot = 0, write_slot = 0, q = 0, k = 0, total = 0;
+  size_t tensormaps = 0, alpha = 0, read_slot = 0, write_slot = 0, pass_slot = 0, q = 0, k = 0, total = 0;
 };
 ScratchLayout scratch_layout(const di_gdn_geometry& g, int32_t num_seqs, int64_t tokens) {
   ScratchLayout s;
@@ -115,6 +116,7 @@ ScratchLayout scratch_layout(const di_gdn_geometry& g, int32_t num_seqs, int64_t
   s.alpha = at, at += align_up(size_t(tokens) * size_t(g.num_v_heads) * sizeof(float));
   s.read_slot = at, at += align_up(size_t(num_seqs) * sizeof(int32_t));
   s.write_slot = at, at += align_up(size_t(num_seqs) * sizeof(int32_t));
+  s.pass_slot = at, at += align_up(size_t(num_seqs) * sizeof(int32_t));
   const size_t qk_bytes = align_up(size_t(tokens) * size_t(g.num_k_heads) * kHeadDim * 2);
   s.q = at, at += qk_bytes;
   s.k = at, at += qk_bytes;
@@ -160,10 +162,11 @@ int flashinfer_run(const di_gdn_prefill_args* args, void* scratch, size_t scratc
 
   ExternalGdnInputs in;
   in.g = a.g, in.alpha = reinterpret_cast<float*>(at(layout.alpha)), in.gates = a.total_tokens * g.num_v_heads;
-  in.state_indices = a.state_indices, in.num_seqs = a.num_seqs;
+  in.state_indices = a.state_indices, in.cu_seqlens = a.cu_seqlens, in.num_seqs = a.num_seqs;
   in.read_initial = a.initial_state != nullptr, in.write_final = a.final_state != nullptr;
   in.read_slot = reinterpret_cast<int32_t*>(at(layout.read_slot));
   in.write_slot = reinterpret_cast<int32_t*>(at(layout.write_slot));
+  in.pass_slot = reinterpret_cast<int32_t*>(at(layout.pass_slot));
   if (normalize) {
     in.q = a.q, in.k = a.k, in.q_out = at(layout.q), in.k_out = at(layout.k);
     in.qk_rows = a.total_tokens * g.num_k_heads, in.head_dim = kHeadDim;
@@ -173,12 +176,14 @@ int flashinfer_run(const di_gdn_prefill_args* args, void* scratch, size_t scratc
   // Without a pool the kernel still takes a valid address; the slot lists keep it from being used.
   float* final_pool = a.final_state != nullptr ? a.final_state : reinterpret_cast<float*>(at(layout.alpha));
   const float* initial_pool = a.initial_state != nullptr ? a.initial_state : final_pool;
-  if (a.total_tokens == 0) {  // only zero-length sequences: each state passes through unchanged
-    if (a.final_state == nullptr) return DI_GDN_OK;
-    const StateCopyThrough copy{initial_pool, a.final_state, in.read_slot, in.write_slot, a.num_seqs,
+  // Zero-length sequences keep their state: written here, never by the kernel (it writes NaN for
+  // them). Launched before the kernel: they own no slot the kernel writes.
+  if (a.final_state != nullptr) {
+    const StateCopyThrough copy{initial_pool, a.final_state, in.read_slot, in.pass_slot, a.num_seqs,
                                 int64_t(g.num_v_heads) * kHeadDim * kHeadDim};
-    return launch_state_copy_through(copy, s) == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+    if (launch_state_copy_through(copy, s) != cudaSuccess) return DI_GDN_LAUNCH_FAILED;
   }
+  if (a.total_tokens == 0) return DI_GDN_OK;
   const FlashInferGdnLaunch launch{normalize ? at(layout.q) : a.q,
                                    normalize ? at(layout.k) : a.k,
                                    a.v,

@@ -22,8 +22,10 @@ __global__ void slots_kernel(ExternalGdnInputs p) {
   const int32_t s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= p.num_seqs) return;
   const int32_t slot = p.state_indices != nullptr ? p.state_indices[s] : s;
+  const bool empty = p.cu_seqlens[s + 1] == p.cu_seqlens[s];
   p.read_slot[s] = p.read_initial ? slot : -1;
-  p.write_slot[s] = p.write_final ? slot : -1;
+  p.write_slot[s] = p.write_final && !empty ? slot : -1;
+  p.pass_slot[s] = p.write_final && empty ? slot : -1;
 }
 
 // One warp per row of q, then of k.
@@ -59,7 +61,7 @@ __global__ void copy_through_kernel(StateCopyThrough p) {
 
 cudaError_t launch_external_gdn_inputs(const ExternalGdnInputs& p, cudaStream_t stream) {
   if (p.gates < 0 || p.num_seqs < 0 || p.qk_rows < 0 || (p.gates > 0 && (!p.g || !p.alpha)) ||
-      (p.num_seqs > 0 && (!p.read_slot || !p.write_slot)) ||
+      (p.num_seqs > 0 && (!p.read_slot || !p.write_slot || !p.pass_slot || !p.cu_seqlens)) ||
       (p.q_out != nullptr && (!p.q || !p.k || !p.k_out || p.head_dim <= 0)))
     return cudaErrorInvalidValue;
   if (p.gates > 0) {

@@ -13,10 +13,15 @@ struct ExternalGdnInputs {
   float* alpha = nullptr;                 // f32 [N, Hv] <- exp(g)
   int64_t gates = 0;                      // N * Hv
   const int32_t* state_indices = nullptr; // int32 [S] or NULL (slot i)
+  const int32_t* cu_seqlens = nullptr;    // int32 [S + 1]
   bool read_initial = false;              // false: every read slot is -1 (zero initial state)
   bool write_final = false;               // false: every write slot is -1 (final state not written)
   int32_t* read_slot = nullptr;           // int32 [S]
+  // The kernel writes the final states of the sequences with tokens (write_slot); those of the
+  // zero-length ones, which it would fill with NaN, are written by launch_state_copy_through from
+  // pass_slot. Each is -1 where the other writes.
   int32_t* write_slot = nullptr;          // int32 [S]
+  int32_t* pass_slot = nullptr;           // int32 [S]
   int32_t num_seqs = 0;                   // S
   // q and k rows normalised into q_out/k_out (x / sqrt(sum x^2 + 1e-6), float32, rounded to bf16), as
   // FlashInfer's own wrapper does before its kernel; skipped when q_out is NULL.
@@ -29,8 +34,8 @@ struct ExternalGdnInputs {
 };
 cudaError_t launch_external_gdn_inputs(const ExternalGdnInputs& p, cudaStream_t stream);
 
-// A batch of zero-length sequences: each final state is its initial state (zero when read slot < 0),
-// written where write slot >= 0. `floats_per_slot` = Hv * K * V; the two pools share their layout.
+// Zero-length sequences: each final state is its initial state (zero when read slot < 0), written
+// where write slot >= 0. `floats_per_slot` = Hv * K * V; the two pools share their layout.
 struct StateCopyThrough {
   const float* initial = nullptr;
   float* final = nullptr;
