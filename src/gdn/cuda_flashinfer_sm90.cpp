@@ -147,15 +147,17 @@ int flashinfer_run(const di_gdn_prefill_args* args, void* scratch, size_t scratc
   if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
+  // The kernel moves q, k, v and out by TMA and the states by 16-byte vectors.
+  for (const void* p : {a.q, a.k, a.v, static_cast<const void*>(a.out), static_cast<const void*>(a.initial_state),
+                        static_cast<const void*>(a.final_state)})
+    if (!aligned(p, 16)) return DI_GDN_INVALID_ARGUMENT;
+  if (check_geometry("flashinfer-sm90", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
+  if (a.num_seqs == 0) return DI_GDN_OK;
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (flashinfer_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
-  if (a.num_seqs == 0) return DI_GDN_OK;
   const ScratchLayout layout = scratch_layout(g, a.num_seqs, a.total_tokens);
   if (scratch == nullptr || scratch_size < layout.total || !aligned(scratch, 256)) return DI_GDN_INVALID_ARGUMENT;
-  for (const void* p : {a.q, a.k, a.v, static_cast<const void*>(a.out), static_cast<const void*>(a.initial_state),
-                        static_cast<const void*>(a.final_state)})
-    if (p != nullptr && !aligned(p, 16)) return DI_GDN_INVALID_ARGUMENT;
   auto at = [&](size_t offset) { return static_cast<uint8_t*>(scratch) + offset; };
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   const bool normalize = (a.flags & DI_GDN_QK_L2NORM) != 0;
