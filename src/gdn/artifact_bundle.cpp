@@ -27,7 +27,7 @@ const BundlePin& flashinfer_gdn_sm90_pin() {
           {"fi_gdn_sm90_vk.h", "0d594e6776c9bf7af6e36d638bf3f78ecc67543611540e4b0e4a3dc79ae24161"},
           {"fi_gdn_sm90_vk.ptx", "14d94fcf9dd9429f984fd92229b8845590ce6109b2e24e40ffb7a338ae063baf"},
           {"fi_gdn_sm90_vk.so", "201462bf82729110f450d91f5f3acc456f28b770bd298350b2db86e243fe84ef"},
-          {"manifest.json", "832fdf4556e080ebebd3fd4d7ee2858888c2b560ef6dcbef3f3a3989445908db"},
+          {"manifest.json", "1a64f096b59728f2b34e9caac43b610293e4fa3211cad84e0f5fd04d7eabb2a1"},
       }};
   return pin;
 }

@@ -19,44 +19,22 @@
 #include "gdn/artifact_bundle.h"
 #include "gdn/backend_common.cuh"
 #include "gdn/external_inputs.h"
+#include "gdn/flashinfer_launch.h"
 
 namespace di::gdn {
 namespace {
 
 constexpr int kHeadDim = 128;
-constexpr int kLaunchAbi = 1;
 // The kernel keeps one TMA descriptor (128 bytes) per SM id for the output tail of each sequence;
 // %smid stays below 1024 on every Hopper part.
 constexpr size_t kTensormapBytes = 128 * 1024;
 // The kernel indexes the pools through the slot lists only; their extent is not read.
 constexpr int32_t kPoolExtent = 1 << 20;
 
-// Mirrors di_flashinfer_gdn_launch_args of bridge.c (launch ABI 1).
-struct FlashInferGdnLaunch {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* out;
-  const float* alpha;
-  const float* beta;
-  float* final_state;
-  const float* initial_state;
-  const int32_t* read_slot;
-  const int32_t* write_slot;
-  void* tensormaps;
-  const int32_t* cu_seqlens;
-  int64_t total_tokens;
-  int64_t tensormap_bytes;
-  int32_t num_seqs;
-  int32_t num_k_heads;
-  int32_t num_v_heads;
-  int32_t num_slots;
-  float scale;
-};
 
 struct Variant {
   void* handle = nullptr;
-  int (*launch)(const FlashInferGdnLaunch*, cudaStream_t) = nullptr;
+  int (*launch)(const di_flashinfer_gdn_launch_args*, cudaStream_t) = nullptr;
 };
 
 // The bundle, loaded once per process: both layouts, or the reason it cannot be used.
@@ -74,7 +52,8 @@ std::string open_variant(const std::filesystem::path& dir, const char* file, Var
   v.launch = reinterpret_cast<decltype(v.launch)>(dlsym(v.handle, "di_flashinfer_gdn_launch"));
   if (abi == nullptr || load == nullptr || v.launch == nullptr)
     return fmt::format("{} lacks the bundle's entry points (di_flashinfer_gdn_abi/load/launch)", file);
-  if (abi() != kLaunchAbi) return fmt::format("{} has launch ABI {}, this build speaks {}", file, abi(), kLaunchAbi);
+  if (abi() != DI_FLASHINFER_GDN_LAUNCH_ABI)
+    return fmt::format("{} has launch ABI {}, this build speaks {}", file, abi(), DI_FLASHINFER_GDN_LAUNCH_ABI);
   if (const int err = load(); err != 0)
     return fmt::format("{} could not load its kernel on the GPUs: CUDA error {} ({})", file, err,
                        cudaGetErrorString(cudaError_t(err)));
@@ -186,7 +165,7 @@ int flashinfer_run(const di_gdn_prefill_args* args, void* scratch, size_t scratc
     if (launch_state_copy_through(copy, s) != cudaSuccess) return DI_GDN_LAUNCH_FAILED;
   }
   if (a.total_tokens == 0) return DI_GDN_OK;
-  const FlashInferGdnLaunch launch{normalize ? at(layout.q) : a.q,
+  const di_flashinfer_gdn_launch_args launch{normalize ? at(layout.q) : a.q,
                                    normalize ? at(layout.k) : a.k,
                                    a.v,
                                    a.out,

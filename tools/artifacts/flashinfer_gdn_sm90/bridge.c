@@ -14,38 +14,18 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "gdn/flashinfer_launch.h" /* the struct the loader fills; the generator adds -I src */
+
 #define DI_CAT2(a, b) a##b
 #define DI_CAT(a, b) DI_CAT2(a, b)
 #define DI_T(name) DI_CAT(DI_EXPORT_PREFIX, DI_CAT(_Tensor_, DI_CAT(name, _t)))
 
 #define DI_EXPORT __attribute__((visibility("default")))
 
-/* Must match FlashInferGdnLaunch in src/gdn/flashinfer_sm90.cpp (checked through the ABI number). */
-typedef struct {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* out;
-  const float* alpha; /* exp(g), [T, Hv] */
-  const float* beta;  /* [T, Hv] */
-  float* final_state;
-  const float* initial_state;
-  const int32_t* read_slot;
-  const int32_t* write_slot;
-  void* tensormaps; /* tensormap_bytes of device scratch: one 128-byte descriptor per SM id */
-  const int32_t* cu_seqlens;
-  int64_t total_tokens;
-  int64_t tensormap_bytes;
-  int32_t num_seqs;
-  int32_t num_k_heads;
-  int32_t num_v_heads;
-  int32_t num_slots;
-  float scale;
-} di_flashinfer_gdn_launch_args;
 
-enum { kHeadDim = 128, kAbiVersion = 1 };
+enum { kHeadDim = 128 };
 
-DI_EXPORT int di_flashinfer_gdn_abi(void) { return kAbiVersion; }
+DI_EXPORT int di_flashinfer_gdn_abi(void) { return DI_FLASHINFER_GDN_LAUNCH_ABI; }
 
 static DI_CAT(DI_EXPORT_PREFIX, _Kernel_Module_t) g_module;
 static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;

@@ -140,13 +140,16 @@ def compile_variant(name, unit_stride_mode, workdir):
 def link_variant(prefix, workdir, bridge, out):
     import nvidia_cutlass_dsl
 
+    source_root = pathlib.Path(__file__).resolve().parents[3] / "src"  # gdn/flashinfer_launch.h
+
     runtime = pathlib.Path(list(nvidia_cutlass_dsl.__path__)[0]) / "cu13" / "lib" / "libcuda_dialect_runtime_static.a"
     cuda_home = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     shared = out / f"{prefix}.so"
     exports = workdir / "exports.map"
     exports.write_text("{ global: di_flashinfer_gdn_*; local: *; };\n")
     cmd = ["gcc", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-DDI_EXPORT_PREFIX={prefix}",
-           "-include", str(workdir / f"{prefix}.h"), f"-I{cuda_home}/include", "-o", str(shared), str(bridge),
+           "-include", str(workdir / f"{prefix}.h"), f"-I{cuda_home}/include", f"-I{source_root}",
+           "-o", str(shared), str(bridge),
            str(workdir / f"{prefix}.o"), str(runtime), f"-L{cuda_home}/lib64", "-lcudart_static",
            "-ldl", "-lpthread", "-lrt", f"-Wl,--version-script={exports}", "-Wl,--exclude-libs,ALL",
            "-Wl,--no-undefined", "-Wl,--build-id=sha1"]
@@ -218,6 +221,8 @@ def main():
             "patched_source_sha256": pins["patched"][KERNEL_SOURCE],
             "cute_dsl_static_runtime_sha256": runtime_sha,
             "bridge_sha256": sha256(opts.bridge),
+            "launch_abi_header_sha256": sha256(pathlib.Path(__file__).resolve().parents[3] / "src" / "gdn" /
+                                               "flashinfer_launch.h"),
         },
         "toolchain": {
             "cutlass_dsl": cutlass.__version__,
@@ -237,7 +242,7 @@ def main():
         },
         "entry_symbols": ["di_flashinfer_gdn_abi", "di_flashinfer_gdn_load", "di_flashinfer_gdn_launch"],
         "launch_abi": 1,
-        "parameter_layout": "di_flashinfer_gdn_launch_args (bridge.c): q, k, v, out, alpha, beta, final_state, "
+        "parameter_layout": "di_flashinfer_gdn_launch_args (src/gdn/flashinfer_launch.h): q, k, v, out, alpha, beta, final_state, "
                             "initial_state, read_slot, write_slot, tensormaps, cu_seqlens (pointers); "
                             "total_tokens, tensormap_bytes (int64); num_seqs, num_k_heads, num_v_heads, "
                             "num_slots (int32); scale (float)",
