@@ -4,7 +4,7 @@
 Kernels: every backend of deltainfer's C ABI library (libdeltainfer_gdn.so, include/deltainfer/gdn.h);
 flash-linear-attention's chunk_gated_delta_rule (Triton, and through its FlashQLA backend when
 flash-qla is installed); FlashInfer's chunk_gated_delta_rule; the Hugging Face torch fallback
-torch_chunk_gated_delta_rule (qwen3_5). Peers come as wheels (tools/bench/gdn_peer_wheels.sh);
+torch_chunk_gated_delta_rule (qwen3_5). Peers come as wheels (tools/bench/fetch_wheels.sh tools/bench/gdn_peer_wheels.lock .whl/gdn-peers);
 a peer that is missing or refuses a case is reported "unavailable: <reason>", one that throws is
 reported "failed: <message>", and the run goes on.
 
