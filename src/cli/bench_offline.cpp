@@ -163,6 +163,7 @@ void run_bench(const BenchOptions& o) {
     std::printf("%-8s %10.2f %10.2f %10.2f\n", name, 1e3 * percentile(*v, 50), 1e3 * percentile(*v, 90),
                 1e3 * percentile(*v, 99));
   if (!o.json_out.empty()) {
+    const EngineHost::MemoryUse memory = host.memory_use();
     nlohmann::json report = {
         {"build", nlohmann::json::parse(build_info_json())},
         {"engine", host.describe()},
@@ -171,6 +172,9 @@ void run_bench(const BenchOptions& o) {
         {"tensor_parallel_size", o.engine.tensor_parallel_size},
         {"gdn_prefill_backend",
          o.engine.model.gdn_prefill_backend.empty() ? std::string("production dispatch") : o.engine.model.gdn_prefill_backend},
+        {"memory", {{"gdn_prefill_backend", memory.gdn_prefill_backend},
+                    {"gdn_scratch_bytes", memory.gdn_scratch_bytes},
+                    {"device_used_bytes", memory.device_used_bytes}}},
         {"workload", {{"num_requests", o.num_requests}, {"input_len", o.input_len}, {"output_len", o.output_len},
                       {"concurrency", o.concurrency}, {"seed", o.seed}, {"warmup_requests", warmup}}},
         {"scheduler", {{"state_slots", host.scheduler_config().num_state_slots},

@@ -28,5 +28,6 @@ Command add_version(CLI::App& app);
 Command add_bench_offline(CLI::App& app);
 Command add_serve(CLI::App& app);
 Command add_artifacts_verify(CLI::App& app);
+Command add_bench_ab(CLI::App& app);
 
 }  // namespace di::cli

@@ -94,6 +94,8 @@ class CudaOps final : public Ops {
 
   cudaStream_t stream() const;
   const di_gdn_prefill_backend& gdn_prefill_backend() const { return *gdn_backend_; }
+  // The GDN prefill backend's scratch, grown to the largest prefill step so far.
+  size_t gdn_scratch_bytes() const { return gdn_scratch_.size(); }
   const cuda::DeviceInfo& device() const { return device_; }
   // Device bytes held for weights, states and the KV cache (activations come and go).
   size_t resident_bytes() const { return resident_bytes_; }

@@ -203,4 +203,17 @@ EngineHost::~EngineHost() {
   runner_.reset();
 }
 
+EngineHost::MemoryUse EngineHost::memory_use() const {
+  MemoryUse m;
+#if DI_HAVE_CUDA
+  if (const auto* cuda_ops = dynamic_cast<const CudaOps*>(ops_.get())) {
+    m.gdn_prefill_backend = cuda_ops->gdn_prefill_backend().name;
+    m.gdn_scratch_bytes = int64_t(cuda_ops->gdn_scratch_bytes());
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) m.device_used_bytes = int64_t(total - free);
+  }
+#endif
+  return m;
+}
+
 }  // namespace di

@@ -66,6 +66,16 @@ class EngineHost {
   // The start-up line: device, slots, KV tokens (and the memory plan on the GPU).
   const std::string& describe() const { return description_; }
 
+  // GPU memory as it stands now (-1 where it does not apply: the CPU engine, or several ranks):
+  // the GDN prefill backend's scratch, grown to the largest step so far, and the device's memory in
+  // use (every process on it; the engine holds nearly all of it from start-up).
+  struct MemoryUse {
+    std::string gdn_prefill_backend;  // the backend the dispatch chose (empty: none)
+    int64_t gdn_scratch_bytes = -1;
+    int64_t device_used_bytes = -1;
+  };
+  MemoryUse memory_use() const;
+
  private:
   std::string device_;
   LoadedModel loaded_;

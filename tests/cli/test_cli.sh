@@ -167,5 +167,45 @@ expect_fail "artifacts verify: not a directory" "is not a directory" "$bin" arti
 expect_fail "--gdn-artifacts must exist" "gdn-artifacts" "$bin" generate --model "$model" --prompt-ids 1 \
   --gdn-artifacts "$work/nope"
 
+# bench ab: configurations checked before anything runs; a dirty checkout refused, then recorded.
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+expect_fail "bench ab: unknown key" "unknown key 'colour'" "$bin" bench ab --a colour=red --b name=x --model "$model"
+expect_fail "bench ab: one name twice" "both configurations are named" "$bin" bench ab --a name=x --b name=x --model "$model"
+expect_fail "bench ab: bad scenario" "neither prefill" "$bin" bench ab --a name=x --b name=y --model "$model" --scenarios warm-up
+git init -q "$work/other-repo" && git -C "$work/other-repo" -c user.email=t@t -c user.name=t commit -q --allow-empty -m x
+expect_fail "bench ab: binary of another commit" "was built from commit" "$bin" bench ab --model "$model" \
+  --a "name=x,device=cpu,source=$work/other-repo" --b name=y,device=cpu
+built=$("$bin" version --json | python3 -c "import json, sys; j = json.load(sys.stdin); print(j['commit'], j['dirty'])")
+if [ "$built" = "$(git -C "$repo" rev-parse HEAD 2>/dev/null) False" ]; then
+  # A checkout at the binary's commit with one file more: refused, then measured with --allow-dirty.
+  git -C "$repo" worktree add -q --detach "$work/checkout" HEAD
+  echo "local change" >"$work/checkout/untracked-note.txt"
+  expect_fail "bench ab: dirty checkout" "untracked-note.txt" "$bin" bench ab --model "$model" \
+    --a "name=bf16,device=cpu,source=$work/checkout" --b "name=f32,device=cpu,precision=f32,source=$work/checkout"
+  if "$bin" bench ab --model "$model" --a "name=bf16,device=cpu,source=$work/checkout" \
+      --b "name=f32,device=cpu,precision=f32,source=$work/checkout" --scenarios prefill-24x1,serve-8-4x2 --rounds 1 \
+      --allow-dirty --out "$work/ab" >"$work/ab.out" 2>"$work/ab.err" &&
+     python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [s['name'] for s in r['scenarios']] == ['prefill-24x1', 'serve-8-4x2']
+for s in r['scenarios']:
+    assert [x['config'] for x in s['runs']] == ['a', 'b', 'b', 'a'], s['runs']
+    assert all(x['sample']['total_tokens_per_s'] > 0 for x in s['runs'])
+    c = s['comparison']['total_tokens_per_s']
+    assert c['ci95'][0] <= c['ratio_b_over_a'] <= c['ci95'][1] and c['verdict']
+assert 'tpot_p50_ms' in r['scenarios'][1]['comparison'] and 'tpot_p50_ms' not in r['scenarios'][0]['comparison']
+p = r['provenance']['a']
+assert p['dirty'] and 'untracked-note.txt' in p['changed_files'] and len(p['diff_sha256']) == 64
+" "$work/ab/report.json" && grep -q "B/A (95% interval)" "$work/ab/report.md" && [ "$(ls "$work/ab/runs" | wc -l)" -eq 12 ]; then
+    pass "bench ab: interleaved runs, intervals, provenance of a dirty checkout"
+  else
+    bad "bench ab: $(tail -2 "$work/ab.err")"
+  fi
+  git -C "$repo" worktree remove --force "$work/checkout"
+else
+  echo "skip - bench ab runs: the binary ($built) is not built from this checkout's HEAD"
+fi
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
