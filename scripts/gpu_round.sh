@@ -11,7 +11,7 @@
 #          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
-#        gdn,peers,engine,offline,tp,gdn-ab,serve,cli,hf (default: gdn,peers,engine,offline,tp,cli,hf; tp needs 2 or
+#        gdn,peers,engine,offline,tp,gdn-ab,ab,serve,cli,hf (default: gdn,peers,engine,offline,tp,cli,hf; tp needs 2 or
 #        more GPUs; serve needs the wheels of .whl/serve-bench); DI_CMAKE_ARGS adds CMake arguments (e.g.
 #        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler); DI_OFFLINE_CONCURRENCY picks the offline
 #        benchmark's concurrency levels (default "1 8 16 64");
@@ -77,7 +77,7 @@ want() { [[ ",$benches," == *",$1,"* ]] && [ $bench -eq 1 ]; }
 model4b=/tmp/deltainfer-4b-geometry
 need4b=0
 { [ $tests -eq 1 ] && [ -z "$test_filter" ]; } && need4b=1
-{ want engine || want offline || want gdn-ab || want serve || want cli || want hf; } && need4b=1
+{ want engine || want offline || want gdn-ab || want serve || want ab || want cli || want hf; } && need4b=1
 if [ $need4b -eq 1 ] && [ ! -f "$model4b/model.safetensors" ]; then
   t=$(date +%s)
   "$build/deltainfer" make-tiny-model --preset 4b-geometry --no-tokenizer "$model4b" >"$logs/make-4b.log" 2>&1 ||
@@ -336,6 +336,24 @@ PY
     row "HTTP serving (guidellm)" "$(grep -c 'HTTP (guidellm)' "$logs/serve.txt") client runs (serve.txt)"
   fi
 fi
+if want ab; then
+  # deltainfer bench ab on the production path: the GDN prefill backends sm90 (A) and flashinfer-sm90
+  # (B, from the carried bundle), every scenario of the harness (or DI_AB_SCENARIOS), DI_AB_ROUNDS
+  # rounds (default 3) of A, B, B, A; the report (JSON, Markdown, per-round plot) in ab/.
+  if [ -n "${DI_GDN_ARTIFACTS:-}" ]; then
+    if "$build/deltainfer" bench ab --model "$model4b" --out "$logs/ab" --rounds "${DI_AB_ROUNDS:-3}" \
+        ${DI_AB_SCENARIOS:+--scenarios "$DI_AB_SCENARIOS"} \
+        --a name=sm90,device=cuda,gdn-prefill-backend=sm90 \
+        --b "name=flashinfer-sm90,device=cuda,gdn-prefill-backend=flashinfer-sm90,gdn-artifacts=$DI_GDN_ARTIFACTS" \
+        >"$logs/ab.txt" 2>"$logs/ab.err"; then
+      row "bench ab sm90 vs flashinfer-sm90" "ok (ab/report.md)"
+    else
+      row "bench ab sm90 vs flashinfer-sm90" "FAILED (ab.err)"; failed=1
+    fi
+  else
+    row "bench ab" "not run: no flashinfer-gdn-sm90 bundle carried"
+  fi
+fi
 if want cli; then
   t0=$(date +%s.%N)
   "$build/deltainfer" generate --model "$model4b" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 1 \
@@ -352,7 +370,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt gdn-ab.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt gdn-ab.txt ab/report.md serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -141,23 +142,52 @@ std::string trim(std::string s) {
   return s;
 }
 
+// Every kernel artifact the configuration loads, checked against the binary's pins (its file hashes
+// go into the report).
+void add_artifacts(const AbConfig& c, json& p) {
+  if (c.gdn_artifacts.empty()) return;
+  bool ok = false;
+  const std::string verified = capture({c.binary, "artifacts", "verify", c.gdn_artifacts}, &ok);
+  if (!ok) fail("bench ab: config {}: the bundle {} fails '{} artifacts verify'", c.name, c.gdn_artifacts, c.binary);
+  p["artifacts"] = verified;
+}
+
 // The configuration's provenance; refuses a binary built from another commit than its checkout's
 // HEAD, and a dirty checkout unless allowed (then the changed files and a hash of the diff).
 json provenance_of(const AbConfig& c, bool allow_dirty) {
+  std::error_code ec;
+  if (!fs::is_regular_file(c.binary, ec)) fail("bench ab: config {}: binary={} is not a file", c.name, c.binary);
   bool ok = false;
   const std::string version = capture({c.binary, "version", "--json"}, &ok);
   if (!ok) fail("bench ab: config {}: '{} version --json' failed: is binary= a deltainfer binary?", c.name, c.binary);
   const json build = json::parse(version);
+  const std::string commit = build.value("commit", "unknown");
+  // A tree copied without its history (the GPU machine's) has its commit and state declared by
+  // whoever sent it, as the build does (DI_SOURCE_COMMIT, DI_SOURCE_DIRTY).
+  if (const char* declared = std::getenv("DI_SOURCE_COMMIT"); declared != nullptr && *declared != '\0') {
+    const bool dirty = std::string(std::getenv("DI_SOURCE_DIRTY") ? std::getenv("DI_SOURCE_DIRTY") : "") != "false";
+    if (commit != declared)
+      fail("bench ab: config {}: the binary {} was built from commit {}, but DI_SOURCE_COMMIT declares {}", c.name,
+           c.binary, commit, declared);
+    if (dirty && !allow_dirty)
+      fail("bench ab: config {}: DI_SOURCE_DIRTY does not say false: commit the tree, or pass --allow-dirty", c.name);
+    json p = {{"config", c.name}, {"binary", fs::path(c.binary).filename().string()},
+              {"binary_sha256", sha256_file(c.binary)}, {"build", build}, {"commit", commit}, {"dirty", dirty},
+              {"commit_from", "DI_SOURCE_COMMIT (a tree sent without its history)"}};
+    if (dirty) p["diff_sha256"] = "unavailable: the tree came without its history";
+    add_artifacts(c, p);
+    return p;
+  }
   const std::string head = trim(capture({"git", "-C", c.source, "rev-parse", "HEAD"}, &ok));
   if (!ok) fail("bench ab: config {}: {} is not a git checkout (source= names the tree the binary was built from)",
                 c.name, c.source);
-  const std::string commit = build.value("commit", "unknown");
   if (commit != head)
     fail("bench ab: config {}: the binary {} was built from commit {}, but its checkout {} is at {}; rebuild it, or "
          "name the right checkout with source=",
          c.name, c.binary, commit, c.source, head);
   const std::string status = capture({"git", "-C", c.source, "status", "--porcelain"});
-  json p = {{"config", c.name}, {"binary", fs::path(c.binary).filename().string()}, {"build", build},
+  json p = {{"config", c.name}, {"binary", fs::path(c.binary).filename().string()},
+            {"binary_sha256", sha256_file(c.binary)}, {"build", build},
             {"commit", head}, {"dirty", !status.empty() || build.value("dirty", false)}};
   if (p["dirty"].get<bool>()) {
     std::vector<std::string> files;
@@ -180,12 +210,7 @@ json provenance_of(const AbConfig& c, bool allow_dirty) {
     p["changed_files"] = files;
     p["diff_sha256"] = sha256_hex(material.data(), material.size());
   }
-  // Every kernel artifact the configuration loads, checked against the binary's pins.
-  if (!c.gdn_artifacts.empty()) {
-    const std::string verified = capture({c.binary, "artifacts", "verify", c.gdn_artifacts}, &ok);
-    if (!ok) fail("bench ab: config {}: the bundle {} fails '{} artifacts verify'", c.name, c.gdn_artifacts, c.binary);
-    p["artifacts"] = verified;
-  }
+  add_artifacts(c, p);
   return p;
 }
 

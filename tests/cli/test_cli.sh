@@ -175,6 +175,8 @@ expect_fail "bench ab: bad scenario" "neither prefill" "$bin" bench ab --a name=
 git init -q "$work/other-repo" && git -C "$work/other-repo" -c user.email=t@t -c user.name=t commit -q --allow-empty -m x
 expect_fail "bench ab: binary of another commit" "was built from commit" "$bin" bench ab --model "$model" \
   --a "name=x,device=cpu,source=$work/other-repo" --b name=y,device=cpu
+DI_SOURCE_COMMIT=0123456789abcdef expect_fail "bench ab: declared commit of a copied tree" \
+  "DI_SOURCE_COMMIT declares 0123456789abcdef" "$bin" bench ab --model "$model" --a name=x,device=cpu --b name=y,device=cpu
 built=$("$bin" version --json | python3 -c "import json, sys; j = json.load(sys.stdin); print(j['commit'], j['dirty'])")
 if [ "$built" = "$(git -C "$repo" rev-parse HEAD 2>/dev/null) False" ]; then
   # A checkout at the binary's commit with one file more: refused, then measured with --allow-dirty.
