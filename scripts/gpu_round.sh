@@ -11,7 +11,7 @@
 #          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
-#        gdn,peers,engine,offline,tp,gdn-ab,ab,serve,cli,hf (default: gdn,peers,engine,offline,tp,cli,hf; tp needs 2 or
+#        gdn,peers,engine,offline,tp,ab,serve,cli,hf (default: gdn,peers,engine,offline,tp,cli,hf; tp needs 2 or
 #        more GPUs; serve needs the wheels of .whl/serve-bench); DI_CMAKE_ARGS adds CMake arguments (e.g.
 #        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler); DI_OFFLINE_CONCURRENCY picks the offline
 #        benchmark's concurrency levels (default "1 8 16 64");
@@ -77,7 +77,7 @@ want() { [[ ",$benches," == *",$1,"* ]] && [ $bench -eq 1 ]; }
 model4b=/tmp/deltainfer-4b-geometry
 need4b=0
 { [ $tests -eq 1 ] && [ -z "$test_filter" ]; } && need4b=1
-{ want engine || want offline || want gdn-ab || want serve || want ab || want cli || want hf; } && need4b=1
+{ want engine || want offline || want serve || want ab || want cli || want hf; } && need4b=1
 if [ $need4b -eq 1 ] && [ ! -f "$model4b/model.safetensors" ]; then
   t=$(date +%s)
   "$build/deltainfer" make-tiny-model --preset 4b-geometry --no-tokenizer "$model4b" >"$logs/make-4b.log" 2>&1 ||
@@ -231,111 +231,6 @@ with open(f"{logs}/tp.txt", "a") as out:
 PY
   row "tensor parallelism (bench-offline)" "$(grep -c '^| deltainfer' "$logs/tp.txt") runs (tp.txt)"
 fi
-if want gdn-ab; then
-  # The GDN prefill backends on the production path: the 4b-geometry engine with each backend forced,
-  # interleaved A, B, B, A per scenario (prefill only: N tokens in, 1 out); the pairs from
-  # DI_GDN_AB (default "sm90 flashinfer-sm90", baseline too when named); gdn-ab.json holds every report.
-  : >"$logs/gdn-ab.txt"
-  : >"$logs/gdn-ab-runs.txt"
-  rm -f /tmp/gdnab_*.json
-  set -- ${DI_GDN_AB:-sm90 flashinfer-sm90}
-  a=$1 b=$2
-  i=0
-  for scenario in "2048 1 8" "8192 1 4" "32768 1 2" "128 8 32"; do
-    set -- $scenario
-    for backend in $a $b $b $a; do
-      i=$((i + 1))
-      "$build/deltainfer" bench-offline --model "$model4b" --device cuda --gdn-prefill-backend "$backend" \
-          --input-len $1 --output-len 1 --concurrency $2 --num-requests $3 --max-num-seqs 64 \
-          --max-num-batched-tokens 32768 --json "/tmp/gdnab_$i.json" >>"$logs/gdn-ab-runs.txt" 2>&1 ||
-        { row "gdn-ab $backend $scenario" "FAILED (gdn-ab-runs.txt)"; failed=1; }
-    done
-  done
-  python3 - "$logs" /tmp/gdnab_*.json <<'PY' 2>>"$logs/gdn-ab-runs.txt" || true
-import json, sys
-logs, files = sys.argv[1], sys.argv[2:]
-reports = [json.load(open(f)) for f in sorted(files, key=lambda f: int(f.split('_')[-1].split('.')[0]))]
-json.dump(reports, open(f"{logs}/gdn-ab.json", "w"), indent=1)
-with open(f"{logs}/gdn-ab.txt", "a") as out:
-    out.write("| GDN backend | in x conc | requests | TTFT p50 ms | TTFT p90 ms | total tok/s |\n|---|---|---|---|---|---|\n")
-    for r in reports:
-        w = r["workload"]
-        out.write(f"| {r.get('gdn_prefill_backend', '?')} | {w['input_len']} x {w['concurrency']} | {w['num_requests']} "
-                  f"| {1e3 * r['ttft_s']['p50']:.2f} | {1e3 * r['ttft_s']['p90']:.2f} | {r['total_tokens_per_s']:.0f} |\n")
-PY
-  row "GDN backends through the engine" "$(grep -c '^| [a-z]' "$logs/gdn-ab.txt") runs (gdn-ab.txt)"
-fi
-if want serve; then
-  # OpenAI-compatible HTTP serving (deltainfer serve) measured by guidellm, the vLLM project's serving
-  # benchmark client (wheels: tools/bench/serve_bench_wheels.lock, carried in .whl/serve-bench), at
-  # 1024 tokens in and 256 out, concurrency 1, 16 and 64, streaming completions with ignore_eos; and
-  # the same workload in process (bench-offline), interleaved in-process, HTTP, HTTP, in-process.
-  : >"$logs/serve.txt"
-  env=/tmp/deltainfer-serve-bench
-  rm -rf "$env"
-  if ! pip install --no-index --no-deps --target "$env" .whl/serve-bench/*.whl >"$logs/serve-install.log" 2>&1; then
-    row "HTTP serving (guidellm)" "FAILED: no guidellm (carry .whl/serve-bench; serve-install.log)"; failed=1
-  else
-    # The server tokenizes the client's text prompts: the model directory gets the tokenizer files.
-    cp -n .deps/qwen35-tokenizer/* "$model4b/" 2>/dev/null || true
-    offline() {  # offline CONC REQUESTS TAG
-      "$build/deltainfer" bench-offline --model "$model4b" --device cuda --num-requests $2 --input-len 1024 \
-        --output-len 256 --concurrency $1 --max-num-seqs 64 --json "$logs/serve-inprocess-c$1-$3.json" \
-        >>"$logs/serve-runs.txt" 2>&1 || { row "in-process c$1 ($3)" "FAILED (serve-runs.txt)"; failed=1; }
-    }
-    client() {  # client CONC REQUESTS OUTPUT_TOKENS JSON
-      PYTHONPATH=$env python3 -m guidellm run \
-        --backend kind=openai_http,target=http://127.0.0.1:8123,model=deltainfer-4b,request_format=/v1/completions \
-        --profile kind=concurrent,streams=$1 --constraint kind=max_requests,count=$2 \
-        --data kind=synthetic_text,prompt_tokens=1024,output_tokens=$3 --tokenizer kind=hf_auto,model="$model4b" \
-        --output kind=json,path="$4" --disable-console-interactive >>"$logs/serve-runs.txt" 2>&1
-    }
-    for conc in 16 1 64; do
-      n=$(( conc < 4 ? 4 : 2 * conc ))
-      offline $conc $n before
-      "$build/deltainfer" serve --model "$model4b" --served-model-name deltainfer-4b --port 8123 --max-num-seqs 64 \
-        >"$logs/serve-server-c$conc.log" 2>&1 &
-      server=$!
-      for _ in $(seq 120); do curl -sf http://127.0.0.1:8123/health >/dev/null && break; sleep 1; done
-      # Warm-up as bench-offline warms up (graphs, allocations): `conc` short requests first.
-      client $conc $conc 16 /tmp/serve-warmup.json || true
-      for run in 1 2; do
-        client $conc $n 256 "$logs/serve-http-c$conc-$run.json" ||
-          { row "HTTP serving c$conc run $run" "FAILED (serve-runs.txt)"; failed=1; }
-      done
-      kill -TERM $server; wait $server
-      offline $conc $n after
-    done
-    python3 - "$logs" <<'PY' >>"$logs/serve.txt" 2>>"$logs/serve-runs.txt" || true
-import glob, json, os, sys
-logs = sys.argv[1]
-print("| concurrency | path | run | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | ITL p50 ms | requests |")
-print("|---|---|---|---|---|---|---|---|---|")
-for conc in (1, 16, 64):
-    for tag in ("before", "after"):
-        f = f"{logs}/serve-inprocess-c{conc}-{tag}.json"
-        if not os.path.exists(f):
-            continue
-        r = json.load(open(f))
-        print(f"| {conc} | in process | {tag} | {r['output_tokens_per_s']:.1f} | {1e3 * r['ttft_s']['p50']:.1f} | "
-              f"{1e3 * r['ttft_s']['p99']:.1f} | {1e3 * r['tpot_s']['p50']:.2f} | | {len(r['requests'])} |")
-    for run in (1, 2):
-        f = f"{logs}/serve-http-c{conc}-{run}.json"
-        if not os.path.exists(f):
-            continue
-        b = json.load(open(f))["benchmarks"][0]
-        m = b["metrics"]
-        ok = m["output_token_count"]["successful"]
-        def pct(key, p):
-            return m[key]["successful"]["percentiles"][p]
-        # Output tokens of the successful requests over the benchmark's duration, as bench-offline counts.
-        print(f"| {conc} | HTTP (guidellm) | {run} | {ok['total_sum'] / b['duration']:.1f} | {pct('time_to_first_token_ms', 'p50'):.1f} | "
-              f"{pct('time_to_first_token_ms', 'p99'):.1f} | {pct('time_per_output_token_ms', 'p50'):.2f} | "
-              f"{pct('inter_token_latency_ms', 'p50'):.2f} | {ok['count']} (errored {m['output_token_count']['errored']['count']}) |")
-PY
-    row "HTTP serving (guidellm)" "$(grep -c 'HTTP (guidellm)' "$logs/serve.txt") client runs (serve.txt)"
-  fi
-fi
 if want ab; then
   # deltainfer bench ab on the production path: the GDN prefill backends sm90 (A) and flashinfer-sm90
   # (B, from the carried bundle), every scenario of the harness (or DI_AB_SCENARIOS), DI_AB_ROUNDS
@@ -370,7 +265,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt gdn-ab.txt ab/report.md serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt ab/report.md serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed
