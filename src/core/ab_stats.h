@@ -1,7 +1,7 @@
 #pragma once
 // Statistics of an interleaved A/B benchmark (deltainfer bench ab): rounds of A, B, B, A runs of one
 // workload, each run giving one sample of a metric. The comparison is B against A, round by round,
-// so that drift over the session (clocks, temperature, other tenants) cancels within a round.
+// so that drift over the run (clocks, temperature, other tenants) cancels within a round.
 #include <cstdint>
 #include <string>
 #include <vector>
