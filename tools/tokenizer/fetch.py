@@ -19,11 +19,8 @@ PINS = os.path.join(ROOT, "tools", "tokenizer", "pins.json")
 
 
 def sha256(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def check(path, expected, what):
