@@ -232,21 +232,25 @@ PY
   row "tensor parallelism (bench-offline)" "$(grep -c '^| deltainfer' "$logs/tp.txt") runs (tp.txt)"
 fi
 if want ab; then
-  # deltainfer bench ab on the production path: the GDN prefill backends sm90 (A) and flashinfer-sm90
-  # (B, from the carried bundle), every scenario of the harness (or DI_AB_SCENARIOS), DI_AB_ROUNDS
-  # rounds (default 3) of A, B, B, A; the report (JSON, Markdown, per-round plot) in ab/.
-  if [ -n "${DI_GDN_ARTIFACTS:-}" ]; then
-    if "$build/deltainfer" bench ab --model "$model4b" --out "$logs/ab" --rounds "${DI_AB_ROUNDS:-3}" \
-        ${DI_AB_SCENARIOS:+--scenarios "$DI_AB_SCENARIOS"} \
-        --a name=sm90,device=cuda,gdn-prefill-backend=sm90 \
-        --b "name=flashinfer-sm90,device=cuda,gdn-prefill-backend=flashinfer-sm90,gdn-artifacts=$DI_GDN_ARTIFACTS" \
-        >"$logs/ab.txt" 2>"$logs/ab.err"; then
-      row "bench ab sm90 vs flashinfer-sm90" "ok (ab/report.md)"
-    else
-      row "bench ab sm90 vs flashinfer-sm90" "FAILED (ab.err)"; failed=1
-    fi
+  # deltainfer bench ab on the production path: two GDN prefill backends, DI_AB_A against DI_AB_B
+  # (default sm90 against flashinfer-sm90, the latter from the carried bundle), every scenario of the
+  # harness (or DI_AB_SCENARIOS), DI_AB_ROUNDS rounds (default 3) of A, B, B, A; the report (JSON,
+  # Markdown, per-round plot) in ab-A-vs-B/.
+  ab_a=${DI_AB_A:-sm90} ab_b=${DI_AB_B:-flashinfer-sm90}
+  ab_config() {
+    local c="name=$1,device=cuda,gdn-prefill-backend=$1"
+    [ "$1" = flashinfer-sm90 ] && c="$c,gdn-artifacts=$DI_GDN_ARTIFACTS"
+    echo "$c"
+  }
+  ab_dir="ab-$ab_a-vs-$ab_b"
+  if [[ " $ab_a $ab_b " == *" flashinfer-sm90 "* ]] && [ -z "${DI_GDN_ARTIFACTS:-}" ]; then
+    row "bench ab $ab_a vs $ab_b" "not run: no flashinfer-gdn-sm90 bundle carried"
+  elif "$build/deltainfer" bench ab --model "$model4b" --out "$logs/$ab_dir" --rounds "${DI_AB_ROUNDS:-3}" \
+      ${DI_AB_SCENARIOS:+--scenarios "$DI_AB_SCENARIOS"} --a "$(ab_config "$ab_a")" --b "$(ab_config "$ab_b")" \
+      >"$logs/$ab_dir.txt" 2>"$logs/$ab_dir.err"; then
+    row "bench ab $ab_a vs $ab_b" "ok ($ab_dir/report.md)"
   else
-    row "bench ab" "not run: no flashinfer-gdn-sm90 bundle carried"
+    row "bench ab $ab_a vs $ab_b" "FAILED ($ab_dir.err)"; failed=1
   fi
 fi
 if want cli; then
@@ -265,7 +269,8 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt ab/report.md serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in "$logs"/ab-*/report.md; do [ -f "$f" ] && { echo "== ${f#"$logs"/}"; cat "$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
 exit $failed
