@@ -239,7 +239,8 @@ if want ab; then
   ab_a=${DI_AB_A:-sm90} ab_b=${DI_AB_B:-flashinfer-sm90}
   ab_config() {
     local c="name=$1,device=cuda,gdn-prefill-backend=$1"
-    [ "$1" = flashinfer-sm90 ] && c="$c,gdn-artifacts=$DI_GDN_ARTIFACTS"
+    # The bundle relative to the tree (the runs start here), so that no machine path enters the report.
+    [ "$1" = flashinfer-sm90 ] && c="$c,gdn-artifacts=${DI_GDN_ARTIFACTS#"$PWD"/}"
     echo "$c"
   }
   ab_dir="ab-$ab_a-vs-$ab_b"
