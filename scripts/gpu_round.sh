@@ -11,7 +11,7 @@
 #          scripts/gpu_round.sh [--prebuilt BUILD_DIR] [--all-tests] [--tests REGEX] [--no-tests]
 #                               [--bench LIST] [--no-bench] [LOG_DIR]
 #        --tests REGEX runs only the ctest names matching REGEX; --bench LIST picks benchmarks from
-#        gdn,peers,engine,offline,tp,ab,serve,cli,hf (default: gdn,peers,engine,offline,tp,cli,hf; tp needs 2 or
+#        gdn,linear,peers,engine,offline,tp,ab,serve,cli,hf (default: gdn,linear,peers,engine,offline,tp,cli,hf; tp needs 2 or
 #        more GPUs; serve needs the wheels of .whl/serve-bench); DI_CMAKE_ARGS adds CMake arguments (e.g.
 #        -DCMAKE_CUDA_FLAGS=-lineinfo for a profiler); DI_OFFLINE_CONCURRENCY picks the offline
 #        benchmark's concurrency levels (default "1 8 16 64");
@@ -19,7 +19,7 @@
 #        from, go into every binary's provenance because the copy's .git is not that tree's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,peers,engine,offline,tp,cli,hf"
+prebuilt="" all_tests=0 bench=1 tests=1 logs="" test_filter="" benches="gdn,linear,peers,engine,offline,tp,cli,hf"
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt=$2; shift 2 ;;
@@ -152,6 +152,13 @@ if want gdn; then
     row "GDN kernel lab" "FAILED (gdn_kernels.txt)"; failed=1
   fi
 fi
+if want linear; then
+  if "$build/bench/di_linear_bench" --json "$logs/linear.json" >"$logs/linear.txt" 2>&1; then
+    row "decode-sized linear layers" "ok (linear.txt)"
+  else
+    row "decode-sized linear layers" "FAILED (linear.txt)"; failed=1
+  fi
+fi
 if want peers && [ -f tools/bench/gdn_peers.py ]; then
   peers=/tmp/deltainfer-gdn-peers
   rm -rf "$peers" && mkdir -p "$peers"
@@ -270,7 +277,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt linear.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 for f in "$logs"/ab-*/report.md; do [ -f "$f" ] && { echo "== ${f#"$logs"/}"; cat "$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"

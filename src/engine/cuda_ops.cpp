@@ -14,6 +14,7 @@
 #include "gdn/prep.h"
 #include "kernels/attention/attention.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/small_batch_linear.h"
 #include "kernels/norm/norm.h"
 #include "kernels/numerics.h"
 #include "kernels/rope/rope.h"
@@ -645,24 +646,83 @@ Tensor CudaOps::elementwise(const Tensor& a, const Tensor& b, const char* op, Bi
 
 Tensor CudaOps::add(const Tensor& a, const Tensor& b) { return elementwise(a, b, "add", kernels::launch_add); }
 
-Tensor CudaOps::linear(const Tensor& x, const TensorView& weight) {
+Tensor CudaOps::linear(const Tensor& x, const TensorView& weight) { return project(x, {&weight}, DType::bf16)[0]; }
+
+std::vector<Tensor> CudaOps::linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) {
+  return project(x, weights, DType::bf16);
+}
+
+std::vector<Tensor> CudaOps::project(const Tensor& x, const std::vector<const TensorView*>& weights, DType out) {
   check_cuda_tensor(x, DType::bf16, "linear input");
-  const int64_t in = x.dim(-1), rows = x.numel() / in, out = weight.dim(0);
-  DI_CHECK(weight.dim(1) == in, "linear: input width {} for a weight {}", in, shape_str(weight.shape));
-  Tensor y = new_tensor({rows, out}, DType::bf16);
-  gemm_.linear(x.data(), device_weight(weight, "linear"), y.data(), rows, out, in, stream());
+  const int64_t in = x.dim(-1), rows = x.numel() / in;
+  std::vector<Tensor> y;
+  y.reserve(weights.size());
+  for (const TensorView* w : weights) {
+    DI_CHECK(w->dim(1) == in, "linear: input width {} for a weight {}", in, shape_str(w->shape));
+    y.push_back(new_tensor({rows, w->dim(0)}, out));
+  }
+  // Decode-sized steps: every projection in one pass over the weights (kernels/gemm/small_batch_linear.h).
+  kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = in,
+                                    .num_outputs = int(weights.size()),
+                                    .epilogue = out == DType::f32 ? kernels::SmallBatchEpilogue::f32
+                                                                  : kernels::SmallBatchEpilogue::bf16};
+  for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
+    p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
+  if (kernels::small_batch_linear_error(p).empty()) {
+    check_launch(kernels::launch_small_batch_linear(p, stream()), "small_batch_linear");
+    return y;
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const void* w = device_weight(*weights[i], "linear");
+    if (out == DType::f32)
+      gemm_.linear_f32_out(x.data(), w, y[i].as<float>(), rows, weights[i]->dim(0), in, stream());
+    else
+      gemm_.linear(x.data(), w, y[i].data(), rows, weights[i]->dim(0), in, stream());
+  }
   return y;
+}
+
+Tensor CudaOps::swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) {
+  check_cuda_tensor(x, DType::bf16, "swiglu_projection input");
+  DI_CHECK(gate.shape == up.shape, "swiglu_projection: gate {} and up {} differ", shape_str(gate.shape),
+           shape_str(up.shape));
+  const int64_t in = x.dim(-1), rows = x.numel() / in, width = gate.dim(0);
+  DI_CHECK(gate.dim(1) == in, "swiglu_projection: input width {} for a weight {}", in, shape_str(gate.shape));
+  if (rows >= 1 && rows <= kernels::SmallBatchLinearParams::kMaxRows) {
+    Tensor act = new_tensor({rows, width}, DType::bf16);
+    kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = in, .num_outputs = 2,
+                                      .epilogue = kernels::SmallBatchEpilogue::swiglu};
+    p.outputs[0] = {device_weight(gate, "linear"), act.data(), width};
+    p.outputs[1] = {device_weight(up, "linear"), nullptr, width};
+    if (kernels::small_batch_linear_error(p).empty()) {
+      check_launch(kernels::launch_small_batch_linear(p, stream()), "small_batch_linear (swiglu)");
+      return act;
+    }
+  }
+  return swiglu(linear(x, gate), linear(x, up));
+}
+
+std::pair<Tensor, Tensor> CudaOps::add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
+                                                double eps) {
+  check_same_shape(x, h, "add_rms_norm");
+  check_cuda_tensor(x, DType::bf16, "add_rms_norm input");
+  check_cuda_tensor(h, DType::bf16, "add_rms_norm input");
+  const int64_t dim = x.dim(-1);
+  DI_CHECK(weight.numel() == dim, "add_rms_norm: weight of {} elements for rows of {}", weight.numel(), dim);
+  Tensor sum = new_tensor(x.shape(), DType::bf16), y = new_tensor(x.shape(), DType::bf16);
+  kernels::RmsNormParams p{.x = x.data(), .residual = h.data(), .sum = sum.data(),
+                           .weight = device_param_f32(weight, "rms_norm"), .out = y.data(), .rows = x.numel() / dim,
+                           .dim = dim, .eps = float(eps), .zero_centred = true};
+  check_launch(kernels::launch_rms_norm(p, stream()), "add_rms_norm");
+  return {sum, y};
 }
 
 Tensor CudaOps::linear_all_reduce(const Tensor& x, const TensorView& weight) {
   if (!options_.group) return linear(x, weight);
   check_cuda_tensor(x, DType::bf16, "linear_all_reduce input");
-  const int64_t in = x.dim(-1), rows = x.numel() / in, out = weight.dim(0);
-  DI_CHECK(weight.dim(1) == in, "linear_all_reduce: input width {} for a weight {}", in, shape_str(weight.shape));
-  Tensor partial = new_tensor({rows, out}, DType::f32);
-  gemm_.linear_f32_out(x.data(), device_weight(weight, "linear"), partial.as<float>(), rows, out, in, stream());
+  Tensor partial = project(x, {&weight}, DType::f32)[0];
   options_.group->all_reduce_sum_f32(options_.rank, partial.as<float>(), size_t(partial.numel()), stream());
-  Tensor y = new_tensor({rows, out}, DType::bf16);
+  Tensor y = new_tensor(partial.shape(), DType::bf16);
   check_launch(kernels::launch_f32_to_bf16(partial.as<float>(), partial.numel(), y.data(), stream()), "f32_to_bf16");
   return y;
 }

@@ -63,6 +63,13 @@ class CudaOps final : public Ops {
   Tensor linear(const Tensor& x, const TensorView& weight) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) override;
   Tensor swiglu(const Tensor& gate, const Tensor& up) override;
+  // Steps of up to 8 rows (decode) run the projections of one input in one small-batch launch
+  // (kernels/gemm/small_batch_linear.h), SwiGLU and the partial sums of linear_all_reduce included;
+  // larger steps run a cuBLASLt GEMM per weight.
+  std::vector<Tensor> linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) override;
+  Tensor swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) override;
+  std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
+                                         double eps) override;
 
   Tensor gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
                          int64_t gdn_layer) override;
@@ -111,6 +118,8 @@ class CudaOps final : public Ops {
   struct DecodeGraph;  // a captured decode step of one batch size
 
   Tensor new_tensor(Shape shape, DType dtype);
+  // x times each weight, as bf16 (rounded once) or float32 (partial sums) outputs.
+  std::vector<Tensor> project(const Tensor& x, const std::vector<const TensorView*>& weights, DType out);
   // out = op(a, b) element by element on two bf16 device tensors of one shape.
   using BinaryLaunch = cudaError_t (*)(const void*, const void*, int64_t, void*, cudaStream_t);
   Tensor elementwise(const Tensor& a, const Tensor& b, const char* op, BinaryLaunch launch);

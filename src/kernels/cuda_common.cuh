@@ -74,6 +74,22 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(total);
 }
 
+// Programmatic dependent launch (sm_90 and later). A kernel launched with the programmatic stream
+// serialization attribute may start while the kernel ahead of it in the stream is still running: it
+// does what does not depend on that kernel (streaming weights), then waits in wait_for_prior_grid()
+// until that kernel has finished and its writes are visible. A kernel lets the one behind it start
+// early by calling allow_dependent_grid(); without it, the one behind starts when it ends.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
 }  // namespace di::kernels

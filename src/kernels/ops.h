@@ -9,6 +9,7 @@
 // state of the GDN layers.
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -68,6 +69,27 @@ class Ops {
   virtual Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) = 0;
   // silu(gate) * up
   virtual Tensor swiglu(const Tensor& gate, const Tensor& up) = 0;
+
+  // --- Fused forms: the same values as the plain ops they stand for, one pass where an
+  // implementation can (CudaOps fuses them for decode-sized steps) ------------------------------
+  // [x W_0^T, x W_1^T, ...]: the projections of one input (a layer's input projections).
+  virtual std::vector<Tensor> linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) {
+    std::vector<Tensor> out;
+    out.reserve(weights.size());
+    for (const TensorView* w : weights) out.push_back(linear(x, *w));
+    return out;
+  }
+  // swiglu(x W_gate^T, x W_up^T): the MLP's first half.
+  virtual Tensor swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) {
+    return swiglu(linear(x, gate), linear(x, up));
+  }
+  // {x + h, rms_norm(x + h)}: the residual stream's add and the norm that reads it.
+  virtual std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
+                                                 double eps) {
+    Tensor sum = add(x, h);
+    Tensor normed = rms_norm(sum, weight, eps);
+    return {sum, normed};
+  }
 
   // --- Gated DeltaNet -----------------------------------------------------------------------
   // Causal depthwise conv over time per channel, left context from the slot's conv state (the last

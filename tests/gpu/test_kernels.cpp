@@ -12,6 +12,7 @@
 #include "kernels/gdn/prep_ref.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/gemm/ref.h"
+#include "kernels/gemm/small_batch_linear.h"
 #include "kernels/mlp/ref.h"
 #include "kernels/norm/norm.h"
 #include "kernels/norm/ref.h"
@@ -193,6 +194,190 @@ TEST_F(KernelTest, CublasLtLinearMatchesReference) {
       const testing::Tolerance tol{testing::kBf16GemmVsRef.atol * std::sqrt(double(K)), testing::kBf16GemmVsRef.rtol,
                                    testing::kBf16GemmVsRef.name};
       EXPECT_TRUE(all_close(host_floats(out), expected, tol, "linear"));
+    }
+  }
+}
+
+// A bf16 weight [N, K] on the host (as bits, for the reference's TensorView) and on the device.
+struct TestWeight {
+  int64_t N = 0, K = 0;
+  std::vector<uint16_t> bits;
+  cuda::DeviceBuffer<uint16_t> device;
+  TensorView view() const { return {bits.data(), DType::bf16, {N, K}}; }
+};
+TestWeight random_weight(int64_t N, int64_t K, std::mt19937_64& rng) {
+  const auto w = random_bf16_values(size_t(N * K), rng, 1.0f / std::sqrt(float(K)));
+  TestWeight t{N, K, std::vector<uint16_t>(w.size()), device_bf16(w)};
+  for (size_t i = 0; i < w.size(); ++i) t.bits[i] = f32_to_bf16(w[i]);
+  return t;
+}
+testing::Tolerance gemm_tolerance(int64_t K) {
+  return {testing::kBf16GemmVsRef.atol * std::sqrt(double(K)), testing::kBf16GemmVsRef.rtol,
+          testing::kBf16GemmVsRef.name};
+}
+
+// Every row count the kernel takes, odd widths (N not a multiple of its 16-row tiles, K not of its
+// 32-column steps), up to the 4B's down projection; one to four weights per launch.
+TEST_F(KernelTest, SmallBatchLinearMatchesReference) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> launches = {
+      {{37, 72}}, {{160, 64}}, {{2560, 9216}}, {{48, 2568}, {16, 2568}, {5, 2568}, {1000, 2568}}};
+  for (const auto& shapes : launches) {
+    const int64_t K = shapes[0].second;
+    std::vector<TestWeight> weights;
+    for (auto [N, k] : shapes) weights.push_back(random_weight(N, k, rng_));
+    for (int64_t M = 1; M <= kernels::SmallBatchLinearParams::kMaxRows; ++M) {
+      SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " outputs " + std::to_string(shapes.size()));
+      const auto x = random_bf16_values(size_t(M * K), rng_);
+      auto dx = device_bf16(x);
+      std::vector<cuda::DeviceBuffer<uint16_t>> out;
+      kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K,
+                                        .num_outputs = int(weights.size())};
+      for (size_t i = 0; i < weights.size(); ++i) {
+        out.push_back(poisoned_bf16(size_t(M * weights[i].N)));
+        p.outputs[i] = {weights[i].device.data(), out[i].data(), weights[i].N};
+      }
+      ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+      sync();
+      for (size_t i = 0; i < weights.size(); ++i) {
+        std::vector<float> expected(size_t(M * weights[i].N));
+        ref::linear(x.data(), M, K, weights[i].view(), expected.data(), Precision::bf16);
+        EXPECT_TRUE(all_close(host_floats(out[i]), expected, gemm_tolerance(K), "output " + std::to_string(i)));
+      }
+    }
+  }
+}
+
+// The float32 epilogue (tensor-parallel partial sums) and the SwiGLU epilogue (gate and up in one
+// pass, rounded where the separate GEMMs and the SwiGLU kernel round).
+TEST_F(KernelTest, SmallBatchLinearEpilogues) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t N = 200, K = 328;
+  const TestWeight gate = random_weight(N, K, rng_), up = random_weight(N, K, rng_);
+  for (int64_t M : {int64_t(1), int64_t(3), int64_t(8)}) {
+    SCOPED_TRACE("M " + std::to_string(M));
+    const auto x = random_bf16_values(size_t(M * K), rng_);
+    auto dx = device_bf16(x);
+    std::vector<float> g(size_t(M * N)), u(g.size()), expected(g.size());
+
+    cuda::DeviceBuffer<float> partial(g.size());
+    partial.fill_bytes(0xFF);
+    kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1,
+                                      .epilogue = kernels::SmallBatchEpilogue::f32};
+    p.outputs[0] = {gate.device.data(), partial.data(), N};
+    ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+    sync();
+    ref::linear(x.data(), M, K, gate.view(), expected.data(), Precision::bf16, /*round_output=*/false);
+    EXPECT_TRUE(all_close(partial.download(), expected, testing::Tolerance{testing::kF32DotVsF64.atol * std::sqrt(double(K)),
+                                                                          testing::kF32DotVsF64.rtol,
+                                                                          testing::kF32DotVsF64.name},
+                          "f32 partial sums"));
+
+    auto act = poisoned_bf16(g.size());
+    p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+    p.num_outputs = 2;
+    p.outputs[0] = {gate.device.data(), act.data(), N};
+    p.outputs[1] = {up.device.data(), nullptr, N};
+    ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+    sync();
+    ref::linear(x.data(), M, K, gate.view(), g.data(), Precision::bf16);
+    ref::linear(x.data(), M, K, up.view(), u.data(), Precision::bf16);
+    ref::swiglu(g.data(), u.data(), M * N, expected.data(), Precision::bf16);
+    EXPECT_TRUE(all_close(host_floats(act), expected, gemm_tolerance(K), "swiglu"));
+  }
+}
+
+// A row's result does not depend on the rows beside it: eight rows at once give, bit for bit, what
+// each gives alone (a sequence's decode tokens do not depend on its batch).
+TEST_F(KernelTest, SmallBatchLinearRowsAreIndependentOfTheBatch) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t M = 8, N = 300, K = 2560;
+  const TestWeight w = random_weight(N, K, rng_);
+  const auto x = random_bf16_values(size_t(M * K), rng_);
+  auto dx = device_bf16(x);
+  auto batched = poisoned_bf16(size_t(M * N));
+  kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1};
+  p.outputs[0] = {w.device.data(), batched.data(), N};
+  ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+  sync();
+  const std::vector<uint16_t> all = batched.download();
+  for (int64_t m = 0; m < M; ++m) {
+    auto one = poisoned_bf16(size_t(N));
+    p.x = dx.data() + m * K;
+    p.rows = 1;
+    p.outputs[0].out = one.data();
+    ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+    sync();
+    const std::vector<uint16_t> alone = one.download();
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + m * N)) << "row " << m;
+  }
+}
+
+// Parameters the kernel cannot run are refused with the reason (the caller then takes the general
+// GEMM), before anything touches a device.
+TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
+  alignas(16) static const uint16_t x[64] = {}, w[64] = {};
+  uint16_t out[64] = {};
+  const auto params = [&] {
+    kernels::SmallBatchLinearParams p{.x = x, .rows = 2, .in_features = 16, .num_outputs = 1};
+    p.outputs[0] = {w, out, 4};
+    return p;
+  };
+  EXPECT_EQ(kernels::small_batch_linear_error(params()), "");
+  const auto refused = [&](auto edit, const std::string& why) {
+    kernels::SmallBatchLinearParams p = params();
+    edit(p);
+    EXPECT_NE(kernels::small_batch_linear_error(p).find(why), std::string::npos)
+        << "got '" << kernels::small_batch_linear_error(p) << "', expected it to name '" << why << "'";
+    EXPECT_EQ(kernels::launch_small_batch_linear(p, nullptr), cudaErrorInvalidValue);
+  };
+  using P = kernels::SmallBatchLinearParams;
+  refused([](P& p) { p.rows = 9; }, "9 rows");
+  refused([](P& p) { p.rows = 0; }, "0 rows");
+  refused([](P& p) { p.in_features = 12; }, "12 input features");
+  refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
+  refused([](P& p) { p.outputs[0].weight = w + 4; }, "weight 0 is null or not 16-byte aligned");
+  refused([](P& p) { p.num_outputs = 5; }, "5 outputs");
+  refused([](P& p) { p.outputs[0].features = 0; }, "output 0 has 0 features");
+  refused([](P& p) { p.outputs[0].out = nullptr; }, "output 0 is null");
+  refused([](P& p) { p.epilogue = kernels::SmallBatchEpilogue::swiglu; }, "swiglu takes two weights");
+  refused(
+      [](P& p) {
+        p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+        p.num_outputs = 2;
+        p.outputs[1] = {w, nullptr, 8};
+      },
+      "swiglu takes two weights");
+}
+
+// The residual add fused into the norm: the same bits as the add kernel and then the norm kernel.
+TEST_F(KernelTest, AddRmsNormEqualsAddThenNorm) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  for (int64_t dim : {64, 2560}) {  // warp-per-row and block-per-row forms
+    for (int64_t rows : kRows) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim));
+      const auto x = random_bf16_values(size_t(rows * dim), rng_, 3.0f);
+      const auto h = random_bf16_values(x.size(), rng_, 3.0f);
+      const auto w = random_bf16_values(size_t(dim), rng_, 0.2f);
+      auto dx = device_bf16(x), dh = device_bf16(h);
+      cuda::DeviceBuffer<float> dw{std::span<const float>(w)};
+      auto sum = poisoned_bf16(x.size()), out = poisoned_bf16(x.size());
+      auto plain_sum = poisoned_bf16(x.size()), plain_out = poisoned_bf16(x.size());
+      kernels::RmsNormParams fused{.x = dx.data(), .residual = dh.data(), .sum = sum.data(), .weight = dw.data(),
+                                   .out = out.data(), .rows = rows, .dim = dim, .eps = 1e-6f, .zero_centred = true};
+      ASSERT_EQ(kernels::launch_rms_norm(fused, stream_), cudaSuccess);
+      ASSERT_EQ(kernels::launch_add(dx.data(), dh.data(), rows * dim, plain_sum.data(), stream_), cudaSuccess);
+      kernels::RmsNormParams plain{.x = plain_sum.data(), .weight = dw.data(), .out = plain_out.data(), .rows = rows,
+                                   .dim = dim, .eps = 1e-6f, .zero_centred = true};
+      ASSERT_EQ(kernels::launch_rms_norm(plain, stream_), cudaSuccess);
+      sync();
+      EXPECT_EQ(sum.download(), plain_sum.download());
+      EXPECT_EQ(out.download(), plain_out.download());
+      std::vector<float> s(x.size()), expected(x.size());
+      for (size_t i = 0; i < s.size(); ++i) s[i] = round_bf16(x[i] + h[i]);
+      ref::rms_norm(s.data(), rows, dim, host_view(w), 1e-6, expected.data(), Precision::bf16);
+      EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "add_rms_norm"));
     }
   }
 }

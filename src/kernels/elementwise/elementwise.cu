@@ -41,6 +41,7 @@ __global__ void swiglu_kernel(const bf16* __restrict__ gate, const bf16* __restr
 
 __global__ void sigmoid_gate_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gate, int64_t n,
                                     bf16* __restrict__ out) {
+  allow_dependent_grid();  // the output projection behind starts streaming its weights
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_bf16(to_f32(x[i]) * round_bf16(sigmoid(to_f32(gate[i]))));
 }

@@ -13,8 +13,12 @@ __device__ __forceinline__ float inv_rms(float sum_sq, int64_t dim, float eps) {
   return 1.0f / sqrtf(sum_sq / float(dim) + eps);  // not rsqrtf: it is 2 ulp off
 }
 
-template <bool kBlockPerRow>
+// kAddResidual: the row is first the bf16 sum x + residual (rounded as the add kernel rounds), written
+// to p.sum, and the norm is taken of that sum: the same values, reduced in the same order, as an add
+// followed by rms_norm.
+template <bool kBlockPerRow, bool kAddResidual>
 __global__ void rms_norm_kernel(RmsNormParams p) {
+  allow_dependent_grid();  // the projection behind starts streaming its weights
   const int64_t row = kBlockPerRow ? blockIdx.x : blockIdx.x * int64_t(kRowsPerWarpBlock) + threadIdx.x / 32;
   if (row >= p.rows) return;
   const int lane = kBlockPerRow ? threadIdx.x : threadIdx.x % 32;
@@ -22,9 +26,21 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   const bf16* x = static_cast<const bf16*>(p.x) + row * p.dim;
   bf16* out = static_cast<bf16*>(p.out) + row * p.dim;
   float sum = 0.0f;
-  for (int64_t i = lane; i < p.dim; i += stride) {
-    const float v = to_f32(x[i]);
-    sum += v * v;
+  if constexpr (kAddResidual) {
+    const bf16* residual = static_cast<const bf16*>(p.residual) + row * p.dim;
+    bf16* total = static_cast<bf16*>(p.sum) + row * p.dim;
+    for (int64_t i = lane; i < p.dim; i += stride) {
+      const bf16 t = to_bf16(to_f32(x[i]) + to_f32(residual[i]));
+      total[i] = t;
+      const float v = to_f32(t);
+      sum += v * v;
+    }
+    x = total;  // the second pass reads back what this thread wrote
+  } else {
+    for (int64_t i = lane; i < p.dim; i += stride) {
+      const float v = to_f32(x[i]);
+      sum += v * v;
+    }
   }
   sum = kBlockPerRow ? block_sum(sum) : warp_sum(sum);
   const float s = inv_rms(sum, p.dim, p.eps);
@@ -35,6 +51,7 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 }
 
 __global__ void gated_rms_norm_kernel(GatedRmsNormParams p) {
+  allow_dependent_grid();  // the output projection behind starts streaming its weights
   const int64_t row = blockIdx.x * int64_t(kRowsPerWarpBlock) + threadIdx.x / 32;
   if (row >= p.rows) return;
   const int lane = threadIdx.x % 32;
@@ -57,11 +74,15 @@ __global__ void gated_rms_norm_kernel(GatedRmsNormParams p) {
 
 cudaError_t launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.dim <= 0 || !p.x || !p.weight || !p.out) return cudaErrorInvalidValue;
+  if ((p.residual == nullptr) != (p.sum == nullptr)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
-  if (p.dim > kWarpRowMax)
-    rms_norm_kernel<true><<<unsigned(p.rows), 256, 0, stream>>>(p);
+  const bool block_per_row = p.dim > kWarpRowMax;
+  const unsigned blocks = block_per_row ? unsigned(p.rows) : ceil_div(p.rows, kRowsPerWarpBlock);
+  const unsigned threads = block_per_row ? 256 : 32 * kRowsPerWarpBlock;
+  if (p.residual)
+    (block_per_row ? rms_norm_kernel<true, true> : rms_norm_kernel<false, true>)<<<blocks, threads, 0, stream>>>(p);
   else
-    rms_norm_kernel<false><<<ceil_div(p.rows, kRowsPerWarpBlock), 32 * kRowsPerWarpBlock, 0, stream>>>(p);
+    (block_per_row ? rms_norm_kernel<true, false> : rms_norm_kernel<false, false>)<<<blocks, threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,33 @@
+// The small-batch linear kernel's parameter checks (host code; the kernel is small_batch_linear.cu).
+#include <fmt/format.h>
+
+#include "kernels/gemm/small_batch_linear.h"
+
+namespace di::kernels {
+
+namespace {
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+}  // namespace
+
+std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
+  if (p.rows < 1 || p.rows > SmallBatchLinearParams::kMaxRows)
+    return fmt::format("{} rows (1 to {})", p.rows, SmallBatchLinearParams::kMaxRows);
+  if (p.in_features <= 0 || p.in_features % 8 != 0)
+    return fmt::format("{} input features (a positive multiple of 8)", p.in_features);
+  if (!p.x || !aligned16(p.x)) return "the input is null or not 16-byte aligned";
+  if (p.num_outputs < 1 || p.num_outputs > SmallBatchLinearParams::kMaxOutputs)
+    return fmt::format("{} outputs (1 to {})", p.num_outputs, SmallBatchLinearParams::kMaxOutputs);
+  if (p.epilogue == SmallBatchEpilogue::swiglu &&
+      (p.num_outputs != 2 || p.outputs[0].features != p.outputs[1].features))
+    return "swiglu takes two weights (gate, up) of one output width";
+  for (int i = 0; i < p.num_outputs; ++i) {
+    const auto& o = p.outputs[i];
+    if (o.features <= 0) return fmt::format("output {} has {} features", i, o.features);
+    if (!o.weight || !aligned16(o.weight)) return fmt::format("weight {} is null or not 16-byte aligned", i);
+    const bool written = p.epilogue != SmallBatchEpilogue::swiglu || i == 0;
+    if (written && !o.out) return fmt::format("output {} is null", i);
+  }
+  return "";
+}
+
+}  // namespace di::kernels

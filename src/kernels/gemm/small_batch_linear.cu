@@ -1,0 +1,194 @@
+#include "kernels/cuda_common.cuh"
+#include "kernels/gemm/small_batch_linear.h"
+
+namespace di::kernels {
+
+namespace {
+
+constexpr int kWarps = 8;         // each takes a slice of K
+constexpr int kTileRows = 16;     // weight rows per block: the 16-row operand of mma.m16n8k16
+constexpr int kStepK = 32;        // K elements per warp step: one 16-byte load per thread and row
+constexpr int kUnroll = 4;        // steps whose loads are issued before their mmas
+constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 32 threads)
+
+// 16 bytes of weights, read once and never written while the engine runs: the non-coherent path,
+// without L1 allocation, so the inputs (read by every block) stay there.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[kFragment], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One warp step over 32 columns of K. Thread (g = lane / 4, q = lane % 4) holds 8 consecutive k,
+// [8q, 8q + 8), of weight rows g and g + 8 and of input row g. A dot product does not care which
+// physical k sits in which of the mma's k slots as long as the weight and the input agree, so the
+// two mmas take them in this order: the first k [8q, 8q + 4), the second [8q + 4, 8q + 8), each
+// into the thread's slots (2q, 2q + 1, 2q + 8, 2q + 9) of the m16n8k16 fragments.
+__device__ __forceinline__ void mma_step(float (&c)[kFragment], const uint4& row_g, const uint4& row_g8,
+                                         const uint4& x) {
+  mma_bf16(c, row_g.x, row_g8.x, row_g.y, row_g8.y, x.x, x.y);
+  mma_bf16(c, row_g.z, row_g8.z, row_g.w, row_g8.w, x.z, x.w);
+}
+
+// The block's 16 rows: which output, its weights (two for swiglu: the gate's and the up
+// projection's rows), where its results go. Constant indices only, so the parameters stay in the
+// constant bank rather than being copied to local memory.
+template <int kWeights>
+struct Tile {
+  const uint16_t* weight[kWeights] = {};
+  void* out = nullptr;
+  int64_t features = 0;
+  int64_t row0 = -1;  // its first weight row; -1: no tile
+};
+
+template <int kWeights>
+__device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams& p, int64_t block) {
+  Tile<kWeights> t;
+#pragma unroll
+  for (int i = 0; i + kWeights <= SmallBatchLinearParams::kMaxOutputs; ++i) {
+    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kTileRows - 1) / kTileRows : 0;
+    if (t.row0 < 0 && block < tiles) {
+#pragma unroll
+      for (int j = 0; j < kWeights; ++j) t.weight[j] = static_cast<const uint16_t*>(p.outputs[i + j].weight);
+      t.out = p.outputs[i].out;
+      t.features = p.outputs[i].features;
+      t.row0 = block * kTileRows;
+    }
+    block -= tiles;
+  }
+  return t;
+}
+
+// kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
+// input loads).
+template <int kWeights>
+__global__ void __launch_bounds__(kWarps * 32, kWeights == 1 ? 3 : 2) small_batch_linear_kernel(SmallBatchLinearParams p) {
+  const Tile<kWeights> tile = find_tile<kWeights>(p, blockIdx.x);
+  if (tile.row0 < 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int64_t K = p.in_features, N = tile.features;
+
+  // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
+  // and its input row (rows past M read as zeros).
+  const uint16_t* w_row[kWeights][2];
+  const int64_t r0 = tile.row0 + g, r1 = tile.row0 + g + 8;
+#pragma unroll
+  for (int j = 0; j < kWeights; ++j) {
+    w_row[j][0] = tile.weight[j] + (r0 < N ? r0 : N - 1) * K;
+    w_row[j][1] = tile.weight[j] + (r1 < N ? r1 : N - 1) * K;
+  }
+  const bool has_x = g < p.rows;
+  const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + (has_x ? g : 0) * K;
+
+  // Warp `warp` takes steps [first, last) of ceil(K / 32).
+  const int64_t steps = (K + kStepK - 1) / kStepK;
+  const int64_t first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
+  float acc[kWeights][kFragment] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 w[kUnroll][kWeights][2];
+  const auto load_weights = [&](int64_t s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = (s0 + u) * kStepK + 8 * q;
+      const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
+#pragma unroll
+      for (int j = 0; j < kWeights; ++j) {
+        w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
+        w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
+      }
+    }
+  };
+  // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
+  // this one may start while that one runs): they are in flight before the wait for its output x.
+  load_weights(first);
+  wait_for_prior_grid();
+  allow_dependent_grid();
+  for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
+    if (s0 != first) load_weights(s0);
+    uint4 x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = (s0 + u) * kStepK + 8 * q;
+      // A plain (coherent) load: x is the output of the kernel ahead, waited for above.
+      x[u] = s0 + u < last && k < K && has_x ? *reinterpret_cast<const uint4*>(x_row + k) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int j = 0; j < kWeights; ++j) mma_step(acc[j], w[u][j][0], w[u][j][1], x[u]);
+  }
+
+  // The warps' partial sums, added in warp order (a fixed order: the result is deterministic).
+  __shared__ float partial[kWeights][kWarps][32 * kFragment];
+#pragma unroll
+  for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+    for (int i = 0; i < kFragment; ++i) partial[j][warp][lane * kFragment + i] = acc[j][i];
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= 32 * kFragment) return;
+  float sum[kWeights];
+#pragma unroll
+  for (int j = 0; j < kWeights; ++j) {
+    sum[j] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][w][t];
+  }
+  // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2.
+  const int l = t / kFragment, i = t % kFragment;
+  const int64_t n = tile.row0 + l / 4 + (i >= 2 ? 8 : 0);
+  const int64_t m = 2 * (l % 4) + (i % 2);
+  if (m >= p.rows || n >= N) return;
+  const int64_t at = m * N + n;
+  if constexpr (kWeights == 2) {
+    const float gate = round_bf16(sum[0]), up = round_bf16(sum[1]);
+    static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
+  } else if (p.epilogue == SmallBatchEpilogue::f32) {
+    static_cast<float*>(tile.out)[at] = sum[0];
+  } else {
+    static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
+  if (!small_batch_linear_error(p).empty()) return cudaErrorInvalidValue;
+  // Blocks: one per 16 rows of each output (of the pair, for swiglu).
+  const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
+  int64_t blocks = 0;
+  for (int i = 0; i < tiled; ++i) blocks += (p.outputs[i].features + kTileRows - 1) / kTileRows;
+  // Launched with programmatic stream serialization where the device has it (sm_90 and later), so
+  // that the weight stream starts while the kernel ahead finishes.
+  int device = 0, major = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device); e != cudaSuccess)
+    return e;
+  cudaLaunchAttribute early_start{};
+  early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early_start.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(kWarps * 32);
+  config.stream = stream;
+  config.attrs = &early_start;
+  config.numAttrs = major >= 9 ? 1 : 0;
+  if (p.epilogue == SmallBatchEpilogue::swiglu) {
+    SmallBatchLinearParams pair = p;
+    pair.num_outputs = 1;  // find_tile walks the gate's tiles; the up weight is outputs[1]
+    return cudaLaunchKernelEx(&config, small_batch_linear_kernel<2>, pair);
+  }
+  return cudaLaunchKernelEx(&config, small_batch_linear_kernel<1>, p);
+}
+
+}  // namespace di::kernels

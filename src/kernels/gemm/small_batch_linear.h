@@ -1,0 +1,49 @@
+#pragma once
+// Linear layers of a few rows (decode steps): y [M, N] = x [M, K] · W [N, K]^T for M <= 8, bf16
+// operands and float32 accumulation, as the cuBLASLt path computes them.
+//
+// With so few rows the step is a stream of the weights, and cuBLASLt's GEMM kernels leave much of
+// the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
+// on mma.sync with the rows as the 16-row operand and the up-to-8 inputs as the 8 columns, so the
+// tensor cores do the arithmetic and the loads are 16-byte vectors.
+//
+// One launch serves up to four weights that read the same input (a GDN layer's four input
+// projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
+// on the way out. Each output's value is a fixed sum over K in a fixed order: it does not depend on
+// M nor on the other rows, so a sequence's result is the same alone and batched.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace di::kernels {
+
+enum class SmallBatchEpilogue {
+  bf16,    // each output bf16 [M, N_i], rounded once
+  f32,     // each output float32 [M, N_i], not rounded (a partial sum that other ranks' are added to)
+  swiglu,  // two weights (gate, up) of one N: outputs[0].out = bf16(silu(bf16(gate)) * bf16(up)),
+           // rounded where the separate GEMMs and the SwiGLU kernel round
+};
+
+struct SmallBatchLinearParams {
+  static constexpr int kMaxRows = 8;
+  static constexpr int kMaxOutputs = 4;
+  struct Output {
+    const void* weight = nullptr;  // bf16 [features, K], row-major
+    void* out = nullptr;           // [M, features] (unused for the up weight of swiglu)
+    int64_t features = 0;          // N_i
+  };
+  const void* x = nullptr;  // bf16 [M, K]
+  int64_t rows = 0;         // M, 1..kMaxRows
+  int64_t in_features = 0;  // K, a multiple of 8 (16-byte rows)
+  Output outputs[kMaxOutputs];
+  int num_outputs = 0;
+  SmallBatchEpilogue epilogue = SmallBatchEpilogue::bf16;
+};
+
+// Why the kernel cannot run these parameters, or "" when it can (the caller then uses the general
+// GEMM, which serves every shape).
+std::string small_batch_linear_error(const SmallBatchLinearParams& p);
+cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream);
+
+}  // namespace di::kernels
