@@ -57,7 +57,7 @@ nlohmann::json run_case(const Case& c, int64_t M, kernels::CublasLtGemm& gemm, c
   // Values do not change the time; a cheap hash keeps the 1.27 GB lm_head quick to fill.
   std::uniform_int_distribution<uint32_t> seed_of(0, ~0u);
   const auto random_bits = [&](int64_t n, float scale) {
-    std::vector<uint16_t> bits(size_t(n));
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
     uint32_t h = seed_of(rng);
     for (auto& b : bits) {
       h = h * 1664525u + 1013904223u;
@@ -65,7 +65,7 @@ nlohmann::json run_case(const Case& c, int64_t M, kernels::CublasLtGemm& gemm, c
     }
     return bits;
   };
-  std::vector<WeightSet> weights(size_t(sets));
+  std::vector<WeightSet> weights(static_cast<size_t>(sets));
   for (int64_t n : c.features) {
     const auto bits = random_bits(n * c.K, 1.0f / std::sqrt(float(c.K)));
     for (auto& s : weights) s.w.emplace_back(std::span<const uint16_t>(bits));

@@ -73,6 +73,8 @@ struct StateBlock {
 
 template <di_gdn_state_layout Layout>
 __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
   __shared__ float q_norm[kWarps][kHeadDim];  // per warp: the normalised q and k of the token
   __shared__ float k_norm[kWarps][kHeadDim];
 
@@ -213,11 +215,9 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
     return cudaErrorInvalidValue;
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-  if (p.state_layout == DI_GDN_STATE_KV)
-    gdn_decode_step_kernel<DI_GDN_STATE_KV><<<unsigned(ctas), kThreads, 0, stream>>>(p);
-  else
-    gdn_decode_step_kernel<DI_GDN_STATE_VK><<<unsigned(ctas), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return kernels::launch_early(p.state_layout == DI_GDN_STATE_KV ? gdn_decode_step_kernel<DI_GDN_STATE_KV>
+                                                                 : gdn_decode_step_kernel<DI_GDN_STATE_VK>,
+                               dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace di::gdn

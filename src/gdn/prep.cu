@@ -21,6 +21,8 @@ __device__ __forceinline__ float conv_context(const ConvParams& p, const bf16* s
 
 // grid (N, channel blocks): one thread per (token, channel). Reads the old state, writes only out.
 __global__ void conv1d_silu_kernel(ConvParams p) {
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
   const int64_t t = blockIdx.x;
   const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= p.channels) return;
@@ -37,6 +39,8 @@ __global__ void conv1d_silu_kernel(ConvParams p) {
 // grid (num_seqs, channel blocks): the state becomes ctx[n .. n + K - 1]. Each thread reads all K
 // old values of its channel before writing, so the update is safe in place.
 __global__ void conv_state_update_kernel(ConvParams p) {
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
   const int32_t s = blockIdx.x;
   const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= p.channels) return;
@@ -84,9 +88,16 @@ cudaError_t launch_conv1d_silu(const ConvParams& p, cudaStream_t stream) {
       !p.weight || !p.conv_state || !p.cu_seqlens || !p.token_seq || !p.seq_slot || !p.out)
     return cudaErrorInvalidValue;
   const unsigned channel_blocks = kernels::ceil_div(p.channels, 256);
-  if (p.tokens > 0) conv1d_silu_kernel<<<dim3(unsigned(p.tokens), channel_blocks), 256, 0, stream>>>(p);
-  if (p.num_seqs > 0) conv_state_update_kernel<<<dim3(unsigned(p.num_seqs), channel_blocks), 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  // The state update waits for the conv, which reads the state it replaces.
+  if (p.tokens > 0)
+    if (const cudaError_t e = kernels::launch_early(conv1d_silu_kernel, dim3(unsigned(p.tokens), channel_blocks),
+                                                    dim3(256), 0, stream, p);
+        e != cudaSuccess)
+      return e;
+  if (p.num_seqs > 0)
+    return kernels::launch_early(conv_state_update_kernel, dim3(unsigned(p.num_seqs), channel_blocks), dim3(256), 0,
+                                 stream, p);
+  return cudaSuccess;
 }
 
 cudaError_t launch_prefill_inputs(const PrefillInputParams& p, cudaStream_t stream) {

@@ -90,6 +90,30 @@ __device__ __forceinline__ void allow_dependent_grid() {
 #endif
 }
 
+// Whether launch_early() asks for programmatic dependent launch: on where the current device has
+// it (sm_90 and later) unless DI_EARLY_LAUNCH=0 (a rollback, and the other side of a comparison).
+// Read once per process.
+bool early_launch_enabled();
+
+// Launches `kernel` so that it may start while the kernel ahead of it in the stream finishes: its
+// launch and block scheduling overlap that kernel's tail. The kernel must call wait_for_prior_grid()
+// before it touches any memory but constant weights (the kernel ahead may still write or read it).
+template <typename... Params, typename... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args... args) {
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = early_launch_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
 }  // namespace di::kernels

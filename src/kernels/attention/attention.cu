@@ -34,6 +34,7 @@
 #include <cstring>
 
 #include "kernels/attention/attention.h"
+#include "kernels/cuda_common.cuh"
 
 namespace di::attention {
 namespace {
@@ -114,6 +115,8 @@ constexpr int kAppendThreads = 256;
 constexpr int kAppendMaxBlocks = 4096;  // grid-stride beyond this
 
 __global__ void __launch_bounds__(kAppendThreads) kv_append_kernel(const KvAppendParams p) {
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
   const PagedKvCache& c = p.cache;
   const int chunks_per_token = c.num_kv_heads * c.head_dim / 8;  // 16-byte chunks of a token's [Hkv, D] row
   const int64_t total = int64_t(p.num_tokens) * chunks_per_token;
@@ -409,6 +412,8 @@ __device__ __forceinline__ float2* decode_stats(const DecodeParams& p, int head_
 template <int D, int kHeads>
 __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const DecodeParams p) {
   static_assert(D == 32 * 8, "each lane holds 8 dims: one 16-byte load per K/V row");
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
   __shared__ __align__(16) float s_acc[kDecodeWarps][kHeads][D];  // each warp's unnormalised accumulators
   __shared__ float s_max[kDecodeWarps][kHeads];                   // and their running max (log2 domain) and sum
   __shared__ float s_sum[kDecodeWarps][kHeads];
@@ -539,6 +544,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 // Merges the splits of one (sequence, query head): thread i owns dims 4i .. 4i+3.
 template <int D>
 __global__ void __launch_bounds__(D / 4) decode_combine_kernel(const DecodeParams p) {
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
   const int q_head = blockIdx.x, seq = blockIdx.y;
   const int num_splits = p.num_splits;
   const int64_t out_row = int64_t(seq) * p.num_q_heads + q_head;
@@ -565,12 +572,11 @@ __global__ void __launch_bounds__(D / 4) decode_combine_kernel(const DecodeParam
 
 template <int D, int kHeads>
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  decode_split_kernel<D, kHeads>
-      <<<dim3(p.num_splits, p.num_q_heads / kHeads, p.num_seqs), kDecodeThreads, 0, stream>>>(p);
-  cudaError_t status = cudaGetLastError();
+  const cudaError_t status = kernels::launch_early(decode_split_kernel<D, kHeads>,
+                                          dim3(p.num_splits, p.num_q_heads / kHeads, p.num_seqs), dim3(kDecodeThreads),
+                                          0, stream, p);
   if (status != cudaSuccess || p.num_splits == 1) return status;
-  decode_combine_kernel<D><<<dim3(p.num_q_heads, p.num_seqs), D / 4, 0, stream>>>(p);
-  return cudaGetLastError();
+  return kernels::launch_early(decode_combine_kernel<D>, dim3(p.num_q_heads, p.num_seqs), dim3(D / 4), 0, stream, p);
 }
 
 }  // namespace
@@ -582,8 +588,7 @@ cudaError_t launch_kv_append(const KvAppendParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
   const int64_t chunks = int64_t(p.num_tokens) * p.cache.num_kv_heads * p.cache.head_dim / 8;
   const int64_t blocks = std::min<int64_t>((chunks + kAppendThreads - 1) / kAppendThreads, kAppendMaxBlocks);
-  kv_append_kernel<<<unsigned(blocks), kAppendThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return kernels::launch_early(kv_append_kernel, dim3(unsigned(blocks)), dim3(kAppendThreads), 0, stream, p);
 }
 
 cudaError_t launch_prefill_attention(const PrefillParams& p, cudaStream_t stream) {

@@ -12,6 +12,8 @@ constexpr int kThreads = 256;
 // vocabulary slice does not hold).
 __global__ void gather_rows_kernel(const bf16* __restrict__ src, const int32_t* __restrict__ rows, int64_t width,
                                    int64_t first, int64_t count, bf16* __restrict__ dst) {
+  wait_for_prior_grid();
+  allow_dependent_grid();
   const int64_t r = blockIdx.x, row = int64_t(rows[r]) - first;
   bf16* d = dst + r * width;
   if (row < 0 || row >= count) {
@@ -29,6 +31,8 @@ __global__ void gather_rows_kernel(const bf16* __restrict__ src, const int32_t* 
 }
 
 __global__ void add_kernel(const bf16* __restrict__ a, const bf16* __restrict__ b, int64_t n, bf16* __restrict__ out) {
+  wait_for_prior_grid();
+  allow_dependent_grid();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
 }
@@ -41,13 +45,16 @@ __global__ void swiglu_kernel(const bf16* __restrict__ gate, const bf16* __restr
 
 __global__ void sigmoid_gate_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gate, int64_t n,
                                     bf16* __restrict__ out) {
-  allow_dependent_grid();  // the output projection behind starts streaming its weights
+  wait_for_prior_grid();
+  allow_dependent_grid();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_bf16(to_f32(x[i]) * round_bf16(sigmoid(to_f32(gate[i]))));
 }
 
 __global__ void split_q_gate_kernel(const bf16* __restrict__ in, int64_t heads, int64_t head_dim, bf16* __restrict__ q,
                                     bf16* __restrict__ gate) {
+  wait_for_prior_grid();
+  allow_dependent_grid();
   const int64_t t = blockIdx.x;
   const int64_t width = heads * head_dim;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
@@ -85,25 +92,22 @@ cudaError_t launch_embed_rows_slice(const void* table, int64_t first_id, int64_t
                                     int64_t n, int64_t width, void* out, cudaStream_t stream) {
   if (n < 0 || width <= 0 || first_id < 0 || table_rows <= 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(static_cast<const bf16*>(table), ids, width, first_id, table_rows,
-                                                       static_cast<bf16*>(out));
-  return cudaGetLastError();
+  return launch_early(gather_rows_kernel, dim3(unsigned(n)), dim3(128), 0, stream, static_cast<const bf16*>(table), ids,
+                      width, first_id, table_rows, static_cast<bf16*>(out));
 }
 
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, int64_t n, int64_t width, void* out,
                                cudaStream_t stream) {
   if (n < 0 || width <= 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(static_cast<const bf16*>(x), rows, width, 0, INT64_MAX,
-                                                       static_cast<bf16*>(out));
-  return cudaGetLastError();
+  return launch_early(gather_rows_kernel, dim3(unsigned(n)), dim3(128), 0, stream, static_cast<const bf16*>(x), rows,
+                      width, int64_t(0), int64_t(INT64_MAX), static_cast<bf16*>(out));
 }
 
 cudaError_t launch_add(const void* a, const void* b, int64_t n, void* out, cudaStream_t stream) {
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
-  add_kernel<<<stride_grid(n), kThreads, 0, stream>>>(static_cast<const bf16*>(a), static_cast<const bf16*>(b), n,
-                                                      static_cast<bf16*>(out));
-  return cudaGetLastError();
+  return launch_early(add_kernel, dim3(stride_grid(n)), dim3(kThreads), 0, stream, static_cast<const bf16*>(a),
+                      static_cast<const bf16*>(b), n, static_cast<bf16*>(out));
 }
 
 cudaError_t launch_swiglu(const void* gate, const void* up, int64_t n, void* out, cudaStream_t stream) {
@@ -115,19 +119,16 @@ cudaError_t launch_swiglu(const void* gate, const void* up, int64_t n, void* out
 
 cudaError_t launch_sigmoid_gate(const void* x, const void* gate, int64_t n, void* out, cudaStream_t stream) {
   if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
-  sigmoid_gate_kernel<<<stride_grid(n), kThreads, 0, stream>>>(static_cast<const bf16*>(x),
-                                                               static_cast<const bf16*>(gate), n,
-                                                               static_cast<bf16*>(out));
-  return cudaGetLastError();
+  return launch_early(sigmoid_gate_kernel, dim3(stride_grid(n)), dim3(kThreads), 0, stream, static_cast<const bf16*>(x),
+                      static_cast<const bf16*>(gate), n, static_cast<bf16*>(out));
 }
 
 cudaError_t launch_split_q_gate(const void* in, int64_t tokens, int64_t heads, int64_t head_dim, void* q, void* gate,
                                 cudaStream_t stream) {
   if (tokens < 0 || heads <= 0 || head_dim <= 0) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
-  split_q_gate_kernel<<<unsigned(tokens), kThreads, 0, stream>>>(static_cast<const bf16*>(in), heads, head_dim,
-                                                                  static_cast<bf16*>(q), static_cast<bf16*>(gate));
-  return cudaGetLastError();
+  return launch_early(split_q_gate_kernel, dim3(unsigned(tokens)), dim3(kThreads), 0, stream,
+                      static_cast<const bf16*>(in), heads, head_dim, static_cast<bf16*>(q), static_cast<bf16*>(gate));
 }
 
 cudaError_t launch_bf16_to_f32(const void* x, int64_t n, float* out, cudaStream_t stream) {

@@ -168,27 +168,14 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
   int64_t blocks = 0;
   for (int i = 0; i < tiled; ++i) blocks += (p.outputs[i].features + kTileRows - 1) / kTileRows;
-  // Launched with programmatic stream serialization where the device has it (sm_90 and later), so
-  // that the weight stream starts while the kernel ahead finishes.
-  int device = 0, major = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device); e != cudaSuccess)
-    return e;
-  cudaLaunchAttribute early_start{};
-  early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early_start.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(blocks));
-  config.blockDim = dim3(kWarps * 32);
-  config.stream = stream;
-  config.attrs = &early_start;
-  config.numAttrs = major >= 9 ? 1 : 0;
+  // Launched early (programmatic dependent launch): the weight stream starts while the kernel
+  // ahead finishes.
   if (p.epilogue == SmallBatchEpilogue::swiglu) {
     SmallBatchLinearParams pair = p;
     pair.num_outputs = 1;  // find_tile walks the gate's tiles; the up weight is outputs[1]
-    return cudaLaunchKernelEx(&config, small_batch_linear_kernel<2>, pair);
+    return launch_early(small_batch_linear_kernel<2>, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, stream, pair);
   }
-  return cudaLaunchKernelEx(&config, small_batch_linear_kernel<1>, p);
+  return launch_early(small_batch_linear_kernel<1>, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, stream, p);
 }
 
 }  // namespace di::kernels

@@ -18,7 +18,8 @@ __device__ __forceinline__ float inv_rms(float sum_sq, int64_t dim, float eps) {
 // followed by rms_norm.
 template <bool kBlockPerRow, bool kAddResidual>
 __global__ void rms_norm_kernel(RmsNormParams p) {
-  allow_dependent_grid();  // the projection behind starts streaming its weights
+  wait_for_prior_grid();
+  allow_dependent_grid();
   const int64_t row = kBlockPerRow ? blockIdx.x : blockIdx.x * int64_t(kRowsPerWarpBlock) + threadIdx.x / 32;
   if (row >= p.rows) return;
   const int lane = kBlockPerRow ? threadIdx.x : threadIdx.x % 32;
@@ -51,7 +52,8 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 }
 
 __global__ void gated_rms_norm_kernel(GatedRmsNormParams p) {
-  allow_dependent_grid();  // the output projection behind starts streaming its weights
+  wait_for_prior_grid();
+  allow_dependent_grid();
   const int64_t row = blockIdx.x * int64_t(kRowsPerWarpBlock) + threadIdx.x / 32;
   if (row >= p.rows) return;
   const int lane = threadIdx.x % 32;
@@ -80,17 +82,17 @@ cudaError_t launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   const unsigned blocks = block_per_row ? unsigned(p.rows) : ceil_div(p.rows, kRowsPerWarpBlock);
   const unsigned threads = block_per_row ? 256 : 32 * kRowsPerWarpBlock;
   if (p.residual)
-    (block_per_row ? rms_norm_kernel<true, true> : rms_norm_kernel<false, true>)<<<blocks, threads, 0, stream>>>(p);
-  else
-    (block_per_row ? rms_norm_kernel<true, false> : rms_norm_kernel<false, false>)<<<blocks, threads, 0, stream>>>(p);
-  return cudaGetLastError();
+    return launch_early(block_per_row ? rms_norm_kernel<true, true> : rms_norm_kernel<false, true>, dim3(blocks),
+                        dim3(threads), 0, stream, p);
+  return launch_early(block_per_row ? rms_norm_kernel<true, false> : rms_norm_kernel<false, false>, dim3(blocks),
+                      dim3(threads), 0, stream, p);
 }
 
 cudaError_t launch_gated_rms_norm(const GatedRmsNormParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.dim <= 0 || !p.x || !p.z || !p.weight || !p.out) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
-  gated_rms_norm_kernel<<<ceil_div(p.rows, kRowsPerWarpBlock), 32 * kRowsPerWarpBlock, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_early(gated_rms_norm_kernel, dim3(ceil_div(p.rows, kRowsPerWarpBlock)), dim3(32 * kRowsPerWarpBlock),
+                      0, stream, p);
 }
 
 }  // namespace di::kernels

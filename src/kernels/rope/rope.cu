@@ -7,6 +7,8 @@ namespace {
 
 // One block per token; each thread owns one rotation pair (i, i + half) of one head.
 __global__ void rope_kernel(RopeParams p) {
+  wait_for_prior_grid();
+  allow_dependent_grid();
   const int64_t t = blockIdx.x;
   const int64_t half = p.rotary_dim / 2;
   const float pos = float(p.positions[t]);
@@ -31,8 +33,7 @@ cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
       !p.x || !p.positions)
     return cudaErrorInvalidValue;
   if (p.tokens == 0) return cudaSuccess;
-  rope_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_early(rope_kernel, dim3(unsigned(p.tokens)), dim3(256), 0, stream, p);
 }
 
 }  // namespace di::kernels
