@@ -63,7 +63,7 @@ class CudaOps final : public Ops {
   Tensor linear(const Tensor& x, const TensorView& weight) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) override;
   Tensor swiglu(const Tensor& gate, const Tensor& up) override;
-  // Steps of up to 8 rows (decode) run the projections of one input in one small-batch launch
+  // Steps of up to 16 rows (decode) run the projections of one input in one small-batch launch
   // (kernels/gemm/small_batch_linear.h), SwiGLU and the partial sums of linear_all_reduce included;
   // larger steps run a cuBLASLt GEMM per weight.
   std::vector<Tensor> linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) override;

@@ -255,7 +255,7 @@ TEST_F(KernelTest, SmallBatchLinearEpilogues) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t N = 200, K = 328;
   const TestWeight gate = random_weight(N, K, rng_), up = random_weight(N, K, rng_);
-  for (int64_t M : {int64_t(1), int64_t(3), int64_t(8)}) {
+  for (int64_t M : {int64_t(1), int64_t(3), int64_t(8), int64_t(13)}) {
     SCOPED_TRACE("M " + std::to_string(M));
     const auto x = random_bf16_values(size_t(M * K), rng_);
     auto dx = device_bf16(x);
@@ -288,11 +288,11 @@ TEST_F(KernelTest, SmallBatchLinearEpilogues) {
   }
 }
 
-// A row's result does not depend on the rows beside it: eight rows at once give, bit for bit, what
+// A row's result does not depend on the rows beside it: sixteen rows at once give, bit for bit, what
 // each gives alone (a sequence's decode tokens do not depend on its batch).
 TEST_F(KernelTest, SmallBatchLinearRowsAreIndependentOfTheBatch) {
   SCOPED_TRACE(testing::seed_trace(seed_));
-  const int64_t M = 8, N = 300, K = 2560;
+  const int64_t M = kernels::SmallBatchLinearParams::kMaxRows, N = 300, K = 2560;
   const TestWeight w = random_weight(N, K, rng_);
   const auto x = random_bf16_values(size_t(M * K), rng_);
   auto dx = device_bf16(x);
@@ -333,7 +333,7 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
     EXPECT_EQ(kernels::launch_small_batch_linear(p, nullptr), cudaErrorInvalidValue);
   };
   using P = kernels::SmallBatchLinearParams;
-  refused([](P& p) { p.rows = 9; }, "9 rows");
+  refused([](P& p) { p.rows = 17; }, "17 rows");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");

@@ -8,7 +8,6 @@ namespace {
 constexpr int kWarps = 8;         // each takes a slice of K
 constexpr int kTileRows = 16;     // weight rows per block: the 16-row operand of mma.m16n8k16
 constexpr int kStepK = 32;        // K elements per warp step: one 16-byte load per thread and row
-constexpr int kUnroll = 4;        // steps whose loads are issued before their mmas
 constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 32 threads)
 
 // 16 bytes of weights, read once and never written while the engine runs: the non-coherent path,
@@ -70,16 +69,19 @@ __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams
 }
 
 // kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
-// input loads).
-template <int kWeights>
-__global__ void __launch_bounds__(kWarps * 32, kWeights == 1 ? 3 : 2) small_batch_linear_kernel(SmallBatchLinearParams p) {
+// input loads). kInputTiles: the 8-row input tiles, 1 for M <= 8, 2 for M <= 16 (each a second mma on
+// the same weights). The loads in flight per thread stay about 128 bytes.
+template <int kWeights, int kInputTiles>
+__global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
+    small_batch_linear_kernel(SmallBatchLinearParams p) {
+  constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   const Tile<kWeights> tile = find_tile<kWeights>(p, blockIdx.x);
   if (tile.row0 < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int64_t K = p.in_features, N = tile.features;
 
   // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
-  // and its input row (rows past M read as zeros).
+  // and its input row in each input tile (rows past M read as zeros).
   const uint16_t* w_row[kWeights][2];
   const int64_t r0 = tile.row0 + g, r1 = tile.row0 + g + 8;
 #pragma unroll
@@ -87,13 +89,18 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights == 1 ? 3 : 2) small_batc
     w_row[j][0] = tile.weight[j] + (r0 < N ? r0 : N - 1) * K;
     w_row[j][1] = tile.weight[j] + (r1 < N ? r1 : N - 1) * K;
   }
-  const bool has_x = g < p.rows;
-  const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + (has_x ? g : 0) * K;
+  bool has_x[kInputTiles];
+  const uint16_t* x_row[kInputTiles];
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c) {
+    has_x[c] = 8 * c + g < p.rows;
+    x_row[c] = static_cast<const uint16_t*>(p.x) + (has_x[c] ? 8 * c + g : 0) * K;
+  }
 
   // Warp `warp` takes steps [first, last) of ceil(K / 32).
   const int64_t steps = (K + kStepK - 1) / kStepK;
   const int64_t first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
-  float acc[kWeights][kFragment] = {};
+  float acc[kWeights][kInputTiles][kFragment] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
   const auto load_weights = [&](int64_t s0) {
@@ -115,48 +122,58 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights == 1 ? 3 : 2) small_batc
   allow_dependent_grid();
   for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
     if (s0 != first) load_weights(s0);
-    uint4 x[kUnroll];
+    uint4 x[kUnroll][kInputTiles];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = (s0 + u) * kStepK + 8 * q;
-      // A plain (coherent) load: x is the output of the kernel ahead, waited for above.
-      x[u] = s0 + u < last && k < K && has_x ? *reinterpret_cast<const uint4*>(x_row + k) : zero;
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c)
+        // A plain (coherent) load: x is the output of the kernel ahead, waited for above.
+        x[u][c] = s0 + u < last && k < K && has_x[c] ? *reinterpret_cast<const uint4*>(x_row[c] + k) : zero;
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int j = 0; j < kWeights; ++j) mma_step(acc[j], w[u][j][0], w[u][j][1], x[u]);
+      for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+        for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
   }
 
   // The warps' partial sums, added in warp order (a fixed order: the result is deterministic).
-  __shared__ float partial[kWeights][kWarps][32 * kFragment];
+  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
 #pragma unroll
   for (int j = 0; j < kWeights; ++j)
 #pragma unroll
-    for (int i = 0; i < kFragment; ++i) partial[j][warp][lane * kFragment + i] = acc[j][i];
+    for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
   __syncthreads();
   const int t = threadIdx.x;
   if (t >= 32 * kFragment) return;
-  float sum[kWeights];
-#pragma unroll
-  for (int j = 0; j < kWeights; ++j) {
-    sum[j] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][w][t];
-  }
-  // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2.
+  // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2
+  // of the input tile.
   const int l = t / kFragment, i = t % kFragment;
   const int64_t n = tile.row0 + l / 4 + (i >= 2 ? 8 : 0);
-  const int64_t m = 2 * (l % 4) + (i % 2);
-  if (m >= p.rows || n >= N) return;
-  const int64_t at = m * N + n;
-  if constexpr (kWeights == 2) {
-    const float gate = round_bf16(sum[0]), up = round_bf16(sum[1]);
-    static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
-  } else if (p.epilogue == SmallBatchEpilogue::f32) {
-    static_cast<float*>(tile.out)[at] = sum[0];
-  } else {
-    static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c) {
+    float sum[kWeights];
+#pragma unroll
+    for (int j = 0; j < kWeights; ++j) {
+      sum[j] = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][c][w][t];
+    }
+    const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
+    if (m >= p.rows || n >= N) continue;
+    const int64_t at = m * N + n;
+    if constexpr (kWeights == 2) {
+      const float gate = round_bf16(sum[0]), up = round_bf16(sum[1]);
+      static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
+    } else if (p.epilogue == SmallBatchEpilogue::f32) {
+      static_cast<float*>(tile.out)[at] = sum[0];
+    } else {
+      static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+    }
   }
 }
 
@@ -170,12 +187,16 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   for (int i = 0; i < tiled; ++i) blocks += (p.outputs[i].features + kTileRows - 1) / kTileRows;
   // Launched early (programmatic dependent launch): the weight stream starts while the kernel
   // ahead finishes.
+  const dim3 grid{unsigned(blocks)}, block{kWarps * 32};
+  const bool two_tiles = p.rows > 8;
   if (p.epilogue == SmallBatchEpilogue::swiglu) {
     SmallBatchLinearParams pair = p;
     pair.num_outputs = 1;  // find_tile walks the gate's tiles; the up weight is outputs[1]
-    return launch_early(small_batch_linear_kernel<2>, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, stream, pair);
+    void (*kernel)(SmallBatchLinearParams) = two_tiles ? small_batch_linear_kernel<2, 2> : small_batch_linear_kernel<2, 1>;
+    return launch_early(kernel, grid, block, 0, stream, pair);
   }
-  return launch_early(small_batch_linear_kernel<1>, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, stream, p);
+  void (*kernel)(SmallBatchLinearParams) = two_tiles ? small_batch_linear_kernel<1, 2> : small_batch_linear_kernel<1, 1>;
+  return launch_early(kernel, grid, block, 0, stream, p);
 }
 
 }  // namespace di::kernels

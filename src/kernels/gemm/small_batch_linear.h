@@ -1,11 +1,11 @@
 #pragma once
-// Linear layers of a few rows (decode steps): y [M, N] = x [M, K] · W [N, K]^T for M <= 8, bf16
+// Linear layers of a few rows (decode steps): y [M, N] = x [M, K] · W [N, K]^T for M <= 16, bf16
 // operands and float32 accumulation, as the cuBLASLt path computes them.
 //
 // With so few rows the step is a stream of the weights, and cuBLASLt's GEMM kernels leave much of
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
-// on mma.sync with the rows as the 16-row operand and the up-to-8 inputs as the 8 columns, so the
-// tensor cores do the arithmetic and the loads are 16-byte vectors.
+// on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
+// the tensor cores do the arithmetic and the loads are 16-byte vectors.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
@@ -26,7 +26,7 @@ enum class SmallBatchEpilogue {
 };
 
 struct SmallBatchLinearParams {
-  static constexpr int kMaxRows = 8;
+  static constexpr int kMaxRows = 16;
   static constexpr int kMaxOutputs = 4;
   struct Output {
     const void* weight = nullptr;  // bf16 [features, K], row-major
