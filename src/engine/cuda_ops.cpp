@@ -662,13 +662,16 @@ std::vector<Tensor> CudaOps::project(const Tensor& x, const std::vector<const Te
     y.push_back(new_tensor({rows, w->dim(0)}, out));
   }
   // Decode-sized steps: every projection in one pass over the weights (kernels/gemm/small_batch_linear.h).
+  // Up to 8 rows it streams any weight faster than cuBLASLt; from 9 to 16 rows only fused groups
+  // (several weights, one launch) win, and a lone weight goes to cuBLASLt (docs/benchmarks/decode.md).
   kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = in,
                                     .num_outputs = int(weights.size()),
                                     .epilogue = out == DType::f32 ? kernels::SmallBatchEpilogue::f32
                                                                   : kernels::SmallBatchEpilogue::bf16};
   for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
     p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
-  if (kernels::small_batch_linear_error(p).empty()) {
+  const bool small_batch_wins = rows <= 8 || weights.size() > 1;
+  if (small_batch_wins && kernels::small_batch_linear_error(p).empty()) {
     check_launch(kernels::launch_small_batch_linear(p, stream()), "small_batch_linear");
     return y;
   }

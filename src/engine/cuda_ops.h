@@ -63,9 +63,9 @@ class CudaOps final : public Ops {
   Tensor linear(const Tensor& x, const TensorView& weight) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) override;
   Tensor swiglu(const Tensor& gate, const Tensor& up) override;
-  // Steps of up to 16 rows (decode) run the projections of one input in one small-batch launch
-  // (kernels/gemm/small_batch_linear.h), SwiGLU and the partial sums of linear_all_reduce included;
-  // larger steps run a cuBLASLt GEMM per weight.
+  // Decode-sized steps run the projections of one input in one small-batch launch
+  // (kernels/gemm/small_batch_linear.h), SwiGLU and the partial sums of linear_all_reduce included:
+  // any weight up to 8 rows, fused groups up to 16; other steps run a cuBLASLt GEMM per weight.
   std::vector<Tensor> linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) override;
   Tensor swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) override;
   std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
