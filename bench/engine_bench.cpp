@@ -1,6 +1,7 @@
 // End-to-end throughput of the GPU engine on one model directory (the 4b-geometry preset in the GPU
 // round): prefill tokens/s for (length x sequences) batches, decode tokens/s at several batch sizes,
-// the time from process start to the first token, and peak GPU memory. Each prefill case is run
+// where a decode step's time goes by stage, the time from process start to the first token, and peak
+// GPU memory. Each prefill case is run
 // on fresh state slots; times are wall clock around whole steps that end in a stream
 // synchronisation (prefill: the logits of each sequence's last token are computed; decode: the
 // greedy token of each sequence is sampled on the GPU and copied back), median of several runs.
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -61,6 +63,96 @@ double prefill_once(const Qwen35Model& model, CudaOps& ops, int64_t len, int64_t
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Where a decode step's GPU time goes: eager decode steps with a CUDA event recorded at every named
+// intermediate of the model (its trace points), and each interval charged to the stage that ends
+// it, summed over the layers of a kind ("gdn mixed" = a GDN layer's input projections, "attn gated"
+// = rope, KV append, attention and the sigmoid gate, "out" = the residual add fused with the next
+// layer's norm). Eager launches leave small host gaps the graphs do not have, so the stages add up
+// to a little more than a graphed step.
+nlohmann::json decode_stages(const Qwen35Model& model, const ModelWeights& weights, CudaOps& ops, int64_t batch,
+                             std::mt19937_64& rng) {
+  constexpr int kSteps = 8;
+  std::vector<int> slots;
+  BatchPlan prefill;
+  std::vector<int64_t> rows, n_past;
+  for (int64_t s = 0; s < batch; ++s) {
+    slots.push_back(ops.alloc_slot());
+    const auto ids = random_tokens(128, rng);
+    prefill.seqs.push_back({prefill.n_tokens(), 128, 0, slots.back()});
+    prefill.token_ids.insert(prefill.token_ids.end(), ids.begin(), ids.end());
+    for (int64_t i = 0; i < 128; ++i) prefill.positions.push_back(i);
+    rows.push_back(prefill.n_tokens() - 1);
+    n_past.push_back(128);
+  }
+  model.forward(prefill, rows, ops);
+
+  std::vector<cudaEvent_t> events;
+  std::vector<std::string> stages;
+  size_t used = 0;
+  const auto mark = [&](const std::string& stage) {
+    if (used == events.size()) {
+      events.emplace_back();
+      DI_CUDA_CHECK(cudaEventCreate(&events.back()));
+    }
+    DI_CUDA_CHECK(cudaEventRecord(events[used++], ops.stream()));
+    stages.push_back(stage);
+  };
+  // "layers.7.gdn.core" -> "gdn core", "layers.3.post_norm" -> "attn post_norm" by the layer's kind.
+  const auto stage_of = [&](const std::string& name) -> std::string {
+    if (name.rfind("layers.", 0) != 0) return name;
+    const size_t dot = name.find('.', 7);
+    const int64_t layer = std::stoll(name.substr(7, dot - 7));
+    std::string rest = name.substr(dot + 1);
+    for (const char* kind : {"gdn.", "attn."})
+      if (rest.rfind(kind, 0) == 0) rest = rest.substr(std::string(kind).size());
+    const bool gdn = weights.layers[size_t(layer)].kind == LayerKind::linear_attention;
+    return std::string(gdn ? "gdn " : "attn ") + rest;
+  };
+  std::map<std::string, double> ms;
+  Qwen35Model traced = model;
+  traced.observer = [&](const std::string& name, const Tensor&) { mark(stage_of(name)); };
+  const std::vector<sampling::SamplingRow> greedy(static_cast<size_t>(batch),
+                                                  sampling::make_sampling_row(SamplingParams{}, 0));
+  double step_ms = 0;
+  for (int step = 0; step < kSteps + 1; ++step) {
+    BatchPlan d;
+    for (int64_t s = 0; s < batch; ++s) {
+      d.seqs.push_back({s, 1, n_past[size_t(s)], slots[size_t(s)]});
+      d.token_ids.push_back(int32_t(rng() % 248000));
+      d.positions.push_back(n_past[size_t(s)]++);
+    }
+    std::vector<int64_t> drows(static_cast<size_t>(batch));
+    std::iota(drows.begin(), drows.end(), 0);
+    DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+    used = 0;
+    stages.clear();
+    mark("start");
+    ops.sample(traced.forward(d, drows, ops), greedy);
+    mark("sampling");
+    DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+    if (step == 0) continue;  // warm-up
+    for (size_t i = 1; i < used; ++i) {
+      float t = 0;
+      DI_CUDA_CHECK(cudaEventElapsedTime(&t, events[i - 1], events[i]));
+      ms[stages[i]] += t / kSteps;
+      step_ms += t / kSteps;
+    }
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  for (int slot : slots) ops.free_slot(slot);
+  std::printf("\ndecode step at batch %lld by stage (eager, events at the trace points): %.3f ms\n",
+              (long long)batch, step_ms);
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [stage, t] : ms) order.push_back({t, stage});
+  std::sort(order.rbegin(), order.rend());
+  nlohmann::json out = {{"batch", batch}, {"step_ms", step_ms}, {"stages_ms", nlohmann::json::object()}};
+  for (const auto& [t, stage] : order) {
+    std::printf("  %-18s %8.3f ms %6.1f%%\n", stage.c_str(), t, 100 * t / step_ms);
+    out["stages_ms"][stage] = t;
+  }
+  return out;
 }
 
 }  // namespace
@@ -177,6 +269,9 @@ int main(int argc, char** argv) {
                                   {"weight_streaming_floor_ms", floor_ms},
                                   {"fraction_of_floor", floor_ms / (s * 1e3)}, {"steps", steps.size()}});
     }
+    report["decode_stages"] = nlohmann::json::array();
+    for (int64_t batch : {1, 16}) report["decode_stages"].push_back(decode_stages(model, m.weights, ops, batch, rng));
+
     cudaMemPool_t pool;
     DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, ops.device().ordinal));
     uint64_t pool_high = 0;

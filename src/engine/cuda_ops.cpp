@@ -785,7 +785,7 @@ Tensor CudaOps::gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_
                     .conv_state = conv_pool(gdn_layer), .cu_seqlens = step_->cu_seqlens,
                     .token_seq = step_->token_seq, .seq_slot = step_->seq_slot, .out = y.data(),
                     .tokens = step_->n_tokens, .num_seqs = step_->num_seqs, .channels = int32_t(C),
-                    .kernel = int32_t(config_.linear_conv_kernel_dim)};
+                    .kernel = int32_t(config_.linear_conv_kernel_dim), .one_token_each = step_->decode};
   check_launch(gdn::launch_conv1d_silu(p, stream()), "conv1d_silu");
   return y;
 }

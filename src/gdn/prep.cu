@@ -51,6 +51,25 @@ __global__ void conv_state_update_kernel(ConvParams p) {
   for (int32_t j = 0; j < p.kernel; ++j) state[int64_t(c) * p.kernel + j] = to_bf16(next[j]);
 }
 
+// grid (num_seqs, channel blocks), one token per sequence: the conv of conv1d_silu_kernel and the
+// state update of conv_state_update_kernel in one pass (same values, same order), since the thread
+// that reads a (sequence, channel)'s context is the only one that writes its state.
+__global__ void conv1d_silu_one_token_kernel(ConvParams p) {
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
+  const int32_t s = blockIdx.x;
+  const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= p.channels) return;
+  const int64_t t = p.cu_seqlens[s];
+  bf16* state = static_cast<bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+  float ctx[kMaxConvKernel + 1];
+  for (int32_t j = 0; j <= p.kernel; ++j) ctx[j] = conv_context(p, state, t, j, c);
+  float acc = 0.0f;
+  for (int32_t j = 0; j < p.kernel; ++j) acc += p.weight[int64_t(c) * p.kernel + j] * ctx[1 + j];
+  static_cast<bf16*>(p.out)[t * p.channels + c] = to_bf16(kernels::silu(round_bf16(acc)));
+  for (int32_t j = 0; j < p.kernel; ++j) state[int64_t(c) * p.kernel + j] = to_bf16(ctx[1 + j]);
+}
+
 // One block per token, one warp per head: q and k rows L2-normalised (x / sqrt(sum x^2 + 1e-6)) or
 // copied raw, v copied, gates computed by the first Hv threads.
 __global__ void prefill_inputs_kernel(PrefillInputParams p) {
@@ -88,6 +107,12 @@ cudaError_t launch_conv1d_silu(const ConvParams& p, cudaStream_t stream) {
       !p.weight || !p.conv_state || !p.cu_seqlens || !p.token_seq || !p.seq_slot || !p.out)
     return cudaErrorInvalidValue;
   const unsigned channel_blocks = kernels::ceil_div(p.channels, 256);
+  if (p.one_token_each) {
+    if (p.tokens != p.num_seqs) return cudaErrorInvalidValue;
+    if (p.num_seqs == 0) return cudaSuccess;
+    return kernels::launch_early(conv1d_silu_one_token_kernel, dim3(unsigned(p.num_seqs), channel_blocks), dim3(256),
+                                 0, stream, p);
+  }
   // The state update waits for the conv, which reads the state it replaces.
   if (p.tokens > 0)
     if (const cudaError_t e = kernels::launch_early(conv1d_silu_kernel, dim3(unsigned(p.tokens), channel_blocks),

@@ -21,6 +21,10 @@ struct ConvParams {
   int32_t num_seqs = 0;
   int32_t channels = 0;       // C
   int32_t kernel = 0;         // K (4 in every Qwen3.5 model)
+  // Every sequence has exactly one token (a decode step): one kernel then computes the output and
+  // shifts the state, each thread owning one (sequence, channel); otherwise a second kernel updates
+  // the states after the conv has read them.
+  bool one_token_each = false;
 };
 // out[t, c] = bf16(silu(bf16(sum_j w[c, j] * ctx[c, i + 1 + j]))), ctx = [state | x of the sequence];
 // then each sequence's state becomes the K newest inputs of its ctx.

@@ -382,12 +382,16 @@ TEST_F(KernelTest, AddRmsNormEqualsAddThenNorm) {
   }
 }
 
-// Sequences of a batch as (n_tokens, slot) with the conv state carried in a pool of slots.
-TEST_F(KernelTest, ConvSiluWithStateMatchesReference) {
+// Sequences of a batch as (n_tokens, slot) with the conv state carried in a pool of slots; then a
+// decode step (one token each, the fused form).
+class ConvTest : public KernelTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ConvTest, ConvSiluWithStateMatchesReference) {
   SCOPED_TRACE(testing::seed_trace(seed_));
+  const bool one_token_each = GetParam();
   const int32_t C = 6144 + 7, K = 4, slots = 5;  // an odd channel count: partial channel blocks
-  const std::vector<int64_t> lengths = {1, 65, 2, 3, 130};
-  const std::vector<int32_t> slot_of = {3, 0, 4, 1, 2};
+  const std::vector<int64_t> lengths = one_token_each ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{1, 65, 2, 3, 130};
+  const std::vector<int32_t> slot_of = one_token_each ? std::vector<int32_t>{3, 0, 4, 2} : std::vector<int32_t>{3, 0, 4, 1, 2};
   const int64_t N = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
   const auto x = random_bf16_values(size_t(N * C), rng_, 2.0f);
   const auto w = random_bf16_values(size_t(C * K), rng_, 0.5f);
@@ -404,7 +408,8 @@ TEST_F(KernelTest, ConvSiluWithStateMatchesReference) {
   auto out = poisoned_bf16(size_t(N * C));
   gdn::ConvParams p{.x = dx.data(), .weight = dw.data(), .conv_state = dstate.data(), .cu_seqlens = dcu.data(),
                     .token_seq = dts.data(), .seq_slot = dslot.data(), .out = out.data(), .tokens = N,
-                    .num_seqs = int32_t(lengths.size()), .channels = C, .kernel = K};
+                    .num_seqs = int32_t(lengths.size()), .channels = C, .kernel = K,
+                    .one_token_each = one_token_each};
   ASSERT_EQ(gdn::launch_conv1d_silu(p, stream_), cudaSuccess);
   sync();
   std::vector<float> expected(size_t(N * C));
@@ -415,7 +420,13 @@ TEST_F(KernelTest, ConvSiluWithStateMatchesReference) {
                             Precision::bf16);
   EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "conv1d + silu"));
   EXPECT_TRUE(all_close(host_floats(dstate), state, kExactF32, "conv state after the step"));
+  if (one_token_each) {  // the flag promises one token per sequence: a plan that breaks it is refused
+    p.tokens = N + 1;
+    EXPECT_EQ(gdn::launch_conv1d_silu(p, stream_), cudaErrorInvalidValue);
+  }
 }
+INSTANTIATE_TEST_SUITE_P(Steps, ConvTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "DecodeFused" : "Prefill"; });
 
 TEST_F(KernelTest, GdnPrefillInputsMatchReference) {
   SCOPED_TRACE(testing::seed_trace(seed_));
