@@ -65,6 +65,40 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// `batch` sequences, each prefilled (together) with a 128-token prompt, ready to decode.
+struct DecodeBatch {
+  std::vector<int> slots;
+  std::vector<int64_t> n_past;
+
+  DecodeBatch(const Qwen35Model& model, CudaOps& ops, int64_t batch, std::mt19937_64& rng) {
+    BatchPlan plan;
+    std::vector<int64_t> rows;
+    for (int64_t s = 0; s < batch; ++s) {
+      slots.push_back(ops.alloc_slot());
+      const auto ids = random_tokens(128, rng);
+      plan.seqs.push_back({plan.n_tokens(), 128, 0, slots.back()});
+      plan.token_ids.insert(plan.token_ids.end(), ids.begin(), ids.end());
+      for (int64_t i = 0; i < 128; ++i) plan.positions.push_back(i);
+      rows.push_back(plan.n_tokens() - 1);
+      n_past.push_back(128);
+    }
+    model.forward(plan, rows, ops);
+  }
+  // The next decode step: one random token for every sequence.
+  BatchPlan next_step(std::mt19937_64& rng) {
+    BatchPlan d;
+    for (size_t s = 0; s < slots.size(); ++s) {
+      d.seqs.push_back({int64_t(s), 1, n_past[s], slots[s]});
+      d.token_ids.push_back(int32_t(rng() % 248000));
+      d.positions.push_back(n_past[s]++);
+    }
+    return d;
+  }
+  void release(CudaOps& ops) {
+    for (int slot : slots) ops.free_slot(slot);
+  }
+};
+
 // Where a decode step's GPU time goes: eager decode steps with a CUDA event recorded at every named
 // intermediate of the model (its trace points), and each interval charged to the stage that ends
 // it, summed over the layers of a kind ("gdn mixed" = a GDN layer's input projections, "attn gated"
@@ -74,19 +108,7 @@ double median(std::vector<double> v) {
 nlohmann::json decode_stages(const Qwen35Model& model, const ModelWeights& weights, CudaOps& ops, int64_t batch,
                              std::mt19937_64& rng) {
   constexpr int kSteps = 8;
-  std::vector<int> slots;
-  BatchPlan prefill;
-  std::vector<int64_t> rows, n_past;
-  for (int64_t s = 0; s < batch; ++s) {
-    slots.push_back(ops.alloc_slot());
-    const auto ids = random_tokens(128, rng);
-    prefill.seqs.push_back({prefill.n_tokens(), 128, 0, slots.back()});
-    prefill.token_ids.insert(prefill.token_ids.end(), ids.begin(), ids.end());
-    for (int64_t i = 0; i < 128; ++i) prefill.positions.push_back(i);
-    rows.push_back(prefill.n_tokens() - 1);
-    n_past.push_back(128);
-  }
-  model.forward(prefill, rows, ops);
+  DecodeBatch sequences(model, ops, batch, rng);
 
   std::vector<cudaEvent_t> events;
   std::vector<std::string> stages;
@@ -117,12 +139,7 @@ nlohmann::json decode_stages(const Qwen35Model& model, const ModelWeights& weigh
                                                   sampling::make_sampling_row(SamplingParams{}, 0));
   double step_ms = 0;
   for (int step = 0; step < kSteps + 1; ++step) {
-    BatchPlan d;
-    for (int64_t s = 0; s < batch; ++s) {
-      d.seqs.push_back({s, 1, n_past[size_t(s)], slots[size_t(s)]});
-      d.token_ids.push_back(int32_t(rng() % 248000));
-      d.positions.push_back(n_past[size_t(s)]++);
-    }
+    const BatchPlan d = sequences.next_step(rng);
     std::vector<int64_t> drows(static_cast<size_t>(batch));
     std::iota(drows.begin(), drows.end(), 0);
     DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
@@ -141,7 +158,7 @@ nlohmann::json decode_stages(const Qwen35Model& model, const ModelWeights& weigh
     }
   }
   for (cudaEvent_t e : events) cudaEventDestroy(e);
-  for (int slot : slots) ops.free_slot(slot);
+  sequences.release(ops);
   std::printf("\ndecode step at batch %lld by stage (eager, events at the trace points): %.3f ms\n",
               (long long)batch, step_ms);
   std::vector<std::pair<double, std::string>> order;
@@ -223,33 +240,15 @@ int main(int argc, char** argv) {
     std::printf("\n%-8s %-7s %12s %10s %14s\n", "decode", "mode", "tokens/s", "ms/step", "of the floor");
     for (int64_t batch : {1, 8, 64})
     for (bool graphed : {true, false}) {
-      std::vector<int> slots;
-      std::vector<int64_t> n_past(static_cast<size_t>(batch));
-      BatchPlan plan;
-      std::vector<int64_t> rows;
-      for (int64_t s = 0; s < batch; ++s) {  // a 128-token prompt each, prefilled together
-        slots.push_back(ops.alloc_slot());
-        const auto ids = random_tokens(128, rng);
-        plan.seqs.push_back({plan.n_tokens(), 128, 0, slots.back()});
-        plan.token_ids.insert(plan.token_ids.end(), ids.begin(), ids.end());
-        for (int64_t i = 0; i < 128; ++i) plan.positions.push_back(i);
-        rows.push_back(plan.n_tokens() - 1);
-        n_past[size_t(s)] = 128;
-      }
-      model.forward(plan, rows, ops);
+      DecodeBatch sequences(model, ops, batch, rng);
       // Greedy sampling on the GPU: only the token ids come back to the host.
       const std::vector<sampling::SamplingRow> greedy(static_cast<size_t>(batch),
                                                       sampling::make_sampling_row(SamplingParams{}, 0));
       std::vector<double> steps;
       for (int step = 0; step < decode_steps + 2; ++step) {
-        BatchPlan d;
-        std::vector<int64_t> drows;
-        for (int64_t s = 0; s < batch; ++s) {
-          d.seqs.push_back({s, 1, n_past[size_t(s)], slots[size_t(s)]});
-          d.token_ids.push_back(int32_t(rng() % 248000));
-          d.positions.push_back(n_past[size_t(s)]++);
-          drows.push_back(s);
-        }
+        const BatchPlan d = sequences.next_step(rng);
+        std::vector<int64_t> drows(static_cast<size_t>(batch));
+        std::iota(drows.begin(), drows.end(), 0);
         DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
         const auto t0 = Clock::now();
         // Graphed steps: the first of a batch size runs eagerly, the second is captured; eager
@@ -259,7 +258,7 @@ int main(int argc, char** argv) {
                     : ops.sample(model.forward(d, drows, ops), greedy);
         if (step >= 2) steps.push_back(seconds_since(t0));  // two warm-up steps
       }
-      for (int slot : slots) ops.free_slot(slot);
+      sequences.release(ops);
       const double s = median(steps);
       const double tok_s = double(batch) / s;
       std::printf("%-8lld %-7s %12.1f %10.3f %13.1f%%\n", (long long)batch, graphed ? "graph" : "eager", tok_s,
