@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +46,14 @@ struct AbConfig {
   std::string gdn_artifacts;        // --gdn-artifacts
   std::string device = "auto";
   std::string precision = "bf16";
+  // env=NAME=VALUE (repeatable): set for this configuration's runs only, e.g. DI_EARLY_LAUNCH=0.
+  std::map<std::string, std::string> env;
 };
+
+bool is_env_name(const std::string& n) {
+  if (n.empty() || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+  return std::all_of(n.begin(), n.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+}
 
 AbConfig parse_config(const std::string& spec, const char* which, const std::string& self) {
   AbConfig c;
@@ -64,8 +73,14 @@ AbConfig parse_config(const std::string& spec, const char* which, const std::str
     else if (key == "gdn-artifacts") c.gdn_artifacts = value;
     else if (key == "device") c.device = value;
     else if (key == "precision") c.precision = value;
-    else
-      fail("--{}: unknown key '{}' (name, binary, source, gdn-prefill-backend, gdn-artifacts, device, precision)",
+    else if (key == "env") {
+      const size_t at = value.find('=');
+      const std::string name = value.substr(0, at);
+      if (at == std::string::npos || !is_env_name(name))
+        fail("--{}: env={} is not env=NAME=VALUE with NAME of letters, digits and _", which, value);
+      if (!c.env.emplace(name, value.substr(at + 1)).second) fail("--{}: env={} is set twice", which, name);
+    } else
+      fail("--{}: unknown key '{}' (name, binary, source, gdn-prefill-backend, gdn-artifacts, device, precision, env)",
            which, key);
   }
   return c;
@@ -95,8 +110,21 @@ Scenario parse_scenario(const std::string& s) {
   return sc;
 }
 
-// Runs argv with stdout and stderr into `log` (appended); the exit status.
-int run_logged(const std::vector<std::string>& argv, const fs::path& log) {
+// This process's environment with `overrides` set (replacing any of the same name).
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (!overrides.contains(entry.substr(0, entry.find('=')))) env.push_back(entry);
+  }
+  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
+  return env;
+}
+
+// Runs argv with stdout and stderr into `log` (appended), with `env` set on top of this process's
+// environment; the exit status.
+int run_logged(const std::vector<std::string>& argv, const fs::path& log,
+               const std::map<std::string, std::string>& env = {}) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -104,8 +132,12 @@ int run_logged(const std::vector<std::string>& argv, const fs::path& log) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const std::vector<std::string> environment = environment_with(env);
+  std::vector<char*> envp;
+  for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (err != 0) return -1;
   int status = 0;
@@ -268,9 +300,9 @@ void run_ab(const AbOptions& o, const std::string& self) {
                  {"rounds", o.rounds},
                  {"order", "per round and scenario: A, B, B, A; one untimed A, B warm-up first"},
                  {"configs", {{"a", {{"name", a.name}, {"gdn_prefill_backend", a.gdn_prefill_backend},
-                                     {"device", a.device}, {"precision", a.precision}}},
+                                     {"device", a.device}, {"precision", a.precision}, {"env", a.env}}},
                               {"b", {{"name", b.name}, {"gdn_prefill_backend", b.gdn_prefill_backend},
-                                     {"device", b.device}, {"precision", b.precision}}}}},
+                                     {"device", b.device}, {"precision", b.precision}, {"env", b.env}}}}},
                  {"scenarios", json::array()}};
   const fs::path out(o.out), runs = out / "runs";
   fs::create_directories(runs);
@@ -279,7 +311,7 @@ void run_ab(const AbOptions& o, const std::string& self) {
   auto one_run = [&](const AbConfig& c, const Scenario& s, const std::string& tag) {
     const fs::path file = runs / fmt::format("{:03d}-{}-{}-{}.json", ++counter, s.name, c.name, tag);
     std::ofstream(log, std::ios::app) << "== " << file.filename().string() << "\n";
-    const int status = run_logged(bench_args(c, o.model, s, file), log);
+    const int status = run_logged(bench_args(c, o.model, s, file), log, c.env);
     if (status != 0) fail("bench ab: {} run of {} on {} failed (exit {}); see {}", tag, c.name, s.name, status, log.string());
     std::ifstream in(file);
     return json::parse(in);
@@ -331,7 +363,7 @@ void run_ab(const AbOptions& o, const std::string& self) {
         Scenario one = s;
         one.requests = s.concurrency;
         for (const std::string& x : bench_args(*c, o.model, one, out / "profiles" / "discarded.json")) argv.push_back(x);
-        const int status = run_logged(argv, out / "profiles.log");
+        const int status = run_logged(argv, out / "profiles.log", c->env);
         profiles.push_back({{"config", c->name}, {"scenario", s.name}, {"report", rep.filename().string() + ".ncu-rep"},
                             {"exit", status}});
       }
@@ -353,6 +385,8 @@ void run_ab(const AbOptions& o, const std::string& self) {
                           ? ""
                           : ", GDN prefill " + report["configs"][side]["gdn_prefill_backend"].get<std::string>(),
                       p.contains("artifacts") ? ", artifacts verified against the pins" : "");
+    for (const auto& [name, value] : report["configs"][side]["env"].items())
+      md += fmt::format("  - environment: {}={}\n", name, value.get<std::string>());
   }
   md += fmt::format("- GPU before: {}\n- GPU after: {}\n- model {}, {} round(s) of A, B, B, A per scenario after one "
                     "untimed A, B\n\n",
@@ -398,7 +432,7 @@ Command add_bench_ab(CLI::App& app) {
   auto o = std::make_shared<AbOptions>();
   cmd->add_option("--a", o->a_spec,
                   "configuration A: key=value,... of name, binary, source, gdn-prefill-backend, gdn-artifacts, "
-                  "device, precision")
+                  "device, precision, env (env=NAME=VALUE, repeatable)")
       ->required();
   cmd->add_option("--b", o->b_spec, "configuration B (the same keys)")->required();
   cmd->add_option("--model", o->model, "model directory")->required();

@@ -171,6 +171,9 @@ expect_fail "--gdn-artifacts must exist" "gdn-artifacts" "$bin" generate --model
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 expect_fail "bench ab: unknown key" "unknown key 'colour'" "$bin" bench ab --a colour=red --b name=x --model "$model"
 expect_fail "bench ab: one name twice" "both configurations are named" "$bin" bench ab --a name=x --b name=x --model "$model"
+expect_fail "bench ab: bad env" "env=9LIVES=x is not env=NAME=VALUE" "$bin" bench ab --a name=x,env=9LIVES=x --b name=y --model "$model"
+expect_fail "bench ab: env twice" "env=DI_EARLY_LAUNCH is set twice" "$bin" bench ab \
+  --a name=x,env=DI_EARLY_LAUNCH=0,env=DI_EARLY_LAUNCH=1 --b name=y --model "$model"
 expect_fail "bench ab: bad scenario" "neither prefill" "$bin" bench ab --a name=x --b name=y --model "$model" --scenarios warm-up
 git init -q "$work/other-repo" && git -C "$work/other-repo" -c user.email=t@t -c user.name=t commit -q --allow-empty -m x
 expect_fail "bench ab: binary of another commit" "was built from commit" "$bin" bench ab --model "$model" \
@@ -185,7 +188,7 @@ if [ "$built" = "$(git -C "$repo" rev-parse HEAD 2>/dev/null) False" ]; then
   expect_fail "bench ab: dirty checkout" "untracked-note.txt" "$bin" bench ab --model "$model" \
     --a "name=bf16,device=cpu,source=$work/checkout" --b "name=f32,device=cpu,precision=f32,source=$work/checkout"
   if "$bin" bench ab --model "$model" --a "name=bf16,device=cpu,source=$work/checkout" \
-      --b "name=f32,device=cpu,precision=f32,source=$work/checkout" --scenarios prefill-24x1,serve-8-4x2 --rounds 1 \
+      --b "name=f32,device=cpu,precision=f32,source=$work/checkout,env=DI_EARLY_LAUNCH=0" --scenarios prefill-24x1,serve-8-4x2 --rounds 1 \
       --allow-dirty --out "$work/ab" >"$work/ab.out" 2>"$work/ab.err" &&
      python3 -c "
 import json, sys
@@ -199,7 +202,8 @@ for s in r['scenarios']:
 assert 'tpot_p50_ms' in r['scenarios'][1]['comparison'] and 'tpot_p50_ms' not in r['scenarios'][0]['comparison']
 p = r['provenance']['a']
 assert p['dirty'] and 'untracked-note.txt' in p['changed_files'] and len(p['diff_sha256']) == 64
-" "$work/ab/report.json" && grep -q "B/A (95% interval)" "$work/ab/report.md" && [ "$(ls "$work/ab/runs" | wc -l)" -eq 12 ]; then
+assert r['configs']['a']['env'] == {} and r['configs']['b']['env'] == {'DI_EARLY_LAUNCH': '0'}, r['configs']
+" "$work/ab/report.json" && grep -q "B/A (95% interval)" "$work/ab/report.md" && grep -q "environment: DI_EARLY_LAUNCH=0" "$work/ab/report.md" && [ "$(ls "$work/ab/runs" | wc -l)" -eq 12 ]; then
     pass "bench ab: interleaved runs, intervals, provenance of a dirty checkout"
   else
     bad "bench ab: $(tail -2 "$work/ab.err")"
