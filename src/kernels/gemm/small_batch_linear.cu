@@ -14,9 +14,10 @@ constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 
 // without L1 allocation, so the inputs (read by every block) stay there.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
+  // Not volatile: it may move ahead of the wait for the kernel before, which is the point.
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
   return v;
 }
 
