@@ -19,16 +19,23 @@ __device__ __forceinline__ float conv_context(const ConvParams& p, const bf16* s
                       : to_f32(static_cast<const bf16*>(p.x)[(first + i - p.kernel) * p.channels + c]);
 }
 
+// The channel of this thread in a (row, channel block) grid; past p.channels it has none.
+__device__ __forceinline__ int32_t thread_channel() { return int32_t(blockIdx.y * blockDim.x + threadIdx.x); }
+// Sequence s's conv state [C, K] in the pool.
+__device__ __forceinline__ bf16* sequence_conv_state(const ConvParams& p, int32_t s) {
+  return static_cast<bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+}
+
 // grid (N, channel blocks): one thread per (token, channel). Reads the old state, writes only out.
 __global__ void conv1d_silu_kernel(ConvParams p) {
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
   const int64_t t = blockIdx.x;
-  const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int32_t c = thread_channel();
   if (c >= p.channels) return;
   const int32_t s = p.token_seq[t];
   const int64_t first = p.cu_seqlens[s];
-  const bf16* state = static_cast<const bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+  const bf16* state = sequence_conv_state(p, s);
   const int64_t i = t - first;  // index within the sequence's piece
   // Output i sees the K inputs ending at itself: ctx[i + 1 .. i + K], summed in the reference's order.
   float acc = 0.0f;
@@ -42,10 +49,10 @@ __global__ void conv_state_update_kernel(ConvParams p) {
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
   const int32_t s = blockIdx.x;
-  const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int32_t c = thread_channel();
   if (c >= p.channels) return;
   const int64_t first = p.cu_seqlens[s], n = p.cu_seqlens[s + 1] - first;
-  bf16* state = static_cast<bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+  bf16* state = sequence_conv_state(p, s);
   float next[kMaxConvKernel];
   for (int32_t j = 0; j < p.kernel; ++j) next[j] = conv_context(p, state, first, n + j, c);
   for (int32_t j = 0; j < p.kernel; ++j) state[int64_t(c) * p.kernel + j] = to_bf16(next[j]);
@@ -58,10 +65,10 @@ __global__ void conv1d_silu_one_token_kernel(ConvParams p) {
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
   const int32_t s = blockIdx.x;
-  const int32_t c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int32_t c = thread_channel();
   if (c >= p.channels) return;
   const int64_t t = p.cu_seqlens[s];
-  bf16* state = static_cast<bf16*>(p.conv_state) + int64_t(p.seq_slot[s]) * p.channels * p.kernel;
+  bf16* state = sequence_conv_state(p, s);
   float ctx[kMaxConvKernel + 1];
   for (int32_t j = 0; j <= p.kernel; ++j) ctx[j] = conv_context(p, state, t, j, c);
   float acc = 0.0f;
