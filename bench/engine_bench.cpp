@@ -135,6 +135,7 @@ nlohmann::json decode_stages(const Qwen35Model& model, const ModelWeights& weigh
   std::map<std::string, double> ms;
   Qwen35Model traced = model;
   traced.observer = [&](const std::string& name, const Tensor&) { mark(stage_of(name)); };
+  traced.observer_reads_values = false;
   const std::vector<sampling::SamplingRow> greedy(static_cast<size_t>(batch),
                                                   sampling::make_sampling_row(SamplingParams{}, 0));
   double step_ms = 0;

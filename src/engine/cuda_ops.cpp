@@ -648,53 +648,96 @@ Tensor CudaOps::add(const Tensor& a, const Tensor& b) { return elementwise(a, b,
 
 Tensor CudaOps::linear(const Tensor& x, const TensorView& weight) { return project(x, {&weight}, DType::bf16)[0]; }
 
-std::vector<Tensor> CudaOps::linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) {
-  return project(x, weights, DType::bf16);
+std::vector<Tensor> CudaOps::linear_projections(const ProjectionInput& in,
+                                                const std::vector<const TensorView*>& weights) {
+  return project(in, weights, DType::bf16);
 }
 
-std::vector<Tensor> CudaOps::project(const Tensor& x, const std::vector<const TensorView*>& weights, DType out) {
-  check_cuda_tensor(x, DType::bf16, "linear input");
-  const int64_t in = x.dim(-1), rows = x.numel() / in;
+kernels::SmallBatchLinearParams CudaOps::small_batch_params(const ProjectionInput& in, const char* what) const {
+  const Tensor& x = in.x;
+  check_cuda_tensor(x, DType::bf16, what);
+  const int64_t K = x.dim(-1), rows = x.numel() / K;
+  kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = K};
+  using Op = ProjectionInput::Op;
+  if (in.op == Op::gated_rms_norm || in.op == Op::sigmoid_gate) {
+    check_same_shape(x, in.gate, what);
+    check_cuda_tensor(in.gate, DType::bf16, what);
+    p.gate = in.gate.data();
+  }
+  switch (in.op) {
+    case Op::none: break;
+    case Op::rms_norm:
+      DI_CHECK(in.weight->numel() == K, "{}: norm weight of {} elements for rows of {}", what, in.weight->numel(), K);
+      p.input = kernels::SmallBatchInput::rms_norm;
+      p.norm_weight = device_param_f32(*in.weight, "rms_norm");
+      p.eps = float(in.eps);
+      break;
+    case Op::gated_rms_norm:
+      p.input = kernels::SmallBatchInput::gated_rms_norm;
+      p.norm_weight = device_param_f32(*in.weight, "gated norm");
+      p.group = in.weight->numel();
+      p.eps = float(in.eps);
+      break;
+    case Op::sigmoid_gate: p.input = kernels::SmallBatchInput::sigmoid_gate; break;
+  }
+  return p;
+}
+
+std::vector<Tensor> CudaOps::project(const ProjectionInput& in, const std::vector<const TensorView*>& weights,
+                                     DType out, const Tensor* residual) {
+  kernels::SmallBatchLinearParams p = small_batch_params(in, "linear input");
+  const int64_t K = p.in_features, rows = p.rows;
   std::vector<Tensor> y;
   y.reserve(weights.size());
   for (const TensorView* w : weights) {
-    DI_CHECK(w->dim(1) == in, "linear: input width {} for a weight {}", in, shape_str(w->shape));
+    DI_CHECK(w->dim(1) == K, "linear: input width {} for a weight {}", K, shape_str(w->shape));
     y.push_back(new_tensor({rows, w->dim(0)}, out));
   }
+  if (residual != nullptr) {
+    DI_CHECK(weights.size() == 1 && out == DType::bf16, "linear: a residual takes one bf16 output");
+    check_same_shape(*residual, y[0], "residual add");
+    check_cuda_tensor(*residual, DType::bf16, "residual add");
+  }
   // Decode-sized steps: every projection in one pass over the weights (kernels/gemm/small_batch_linear.h).
-  // Up to 8 rows it streams any weight faster than cuBLASLt; from 9 to 16 rows only fused groups
+  // Up to 8 rows it streams any weight faster than cuBLASLt but the lm_head (whose many tiles
+  // cuBLASLt streams at 94-96% of the bandwidth, against 90%); from 9 to 16 rows only fused groups
   // (several weights, one launch) win, and a lone weight goes to cuBLASLt (docs/benchmarks/decode.md).
-  kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = in,
-                                    .num_outputs = int(weights.size()),
-                                    .epilogue = out == DType::f32 ? kernels::SmallBatchEpilogue::f32
-                                                                  : kernels::SmallBatchEpilogue::bf16};
+  constexpr int64_t kVocabSized = 65536;
+  const bool lone = weights.size() == 1;
+  const bool small_batch_wins = lone ? rows <= 8 && weights[0]->dim(0) < kVocabSized : true;
+  p.epilogue = out == DType::f32 ? kernels::SmallBatchEpilogue::f32 : kernels::SmallBatchEpilogue::bf16;
+  p.num_outputs = int(weights.size());
+  p.residual = residual != nullptr ? residual->data() : nullptr;
   for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
     p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
-  const bool small_batch_wins = rows <= 8 || weights.size() > 1;
   if (small_batch_wins && kernels::small_batch_linear_error(p).empty()) {
     check_launch(kernels::launch_small_batch_linear(p, stream()), "small_batch_linear");
     return y;
   }
+  // Otherwise the input op on its own, a GEMM per weight, and the add.
+  const Tensor x = materialise(in);
   for (size_t i = 0; i < weights.size(); ++i) {
     const void* w = device_weight(*weights[i], "linear");
     if (out == DType::f32)
-      gemm_.linear_f32_out(x.data(), w, y[i].as<float>(), rows, weights[i]->dim(0), in, stream());
+      gemm_.linear_f32_out(x.data(), w, y[i].as<float>(), rows, weights[i]->dim(0), K, stream());
     else
-      gemm_.linear(x.data(), w, y[i].data(), rows, weights[i]->dim(0), in, stream());
+      gemm_.linear(x.data(), w, y[i].data(), rows, weights[i]->dim(0), K, stream());
   }
+  if (residual != nullptr) y[0] = add(*residual, y[0]);
   return y;
 }
 
-Tensor CudaOps::swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) {
-  check_cuda_tensor(x, DType::bf16, "swiglu_projection input");
+Tensor CudaOps::swiglu_projection(const ProjectionInput& in, const TensorView& gate, const TensorView& up) {
+  kernels::SmallBatchLinearParams p = small_batch_params(in, "swiglu_projection input");
   DI_CHECK(gate.shape == up.shape, "swiglu_projection: gate {} and up {} differ", shape_str(gate.shape),
            shape_str(up.shape));
-  const int64_t in = x.dim(-1), rows = x.numel() / in, width = gate.dim(0);
-  DI_CHECK(gate.dim(1) == in, "swiglu_projection: input width {} for a weight {}", in, shape_str(gate.shape));
-  if (rows >= 1 && rows <= kernels::SmallBatchLinearParams::kMaxRows) {
-    Tensor act = new_tensor({rows, width}, DType::bf16);
-    kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = in, .num_outputs = 2,
-                                      .epilogue = kernels::SmallBatchEpilogue::swiglu};
+  const int64_t width = gate.dim(0);
+  DI_CHECK(gate.dim(1) == p.in_features, "swiglu_projection: input width {} for a weight {}", p.in_features,
+           shape_str(gate.shape));
+  if (p.rows >= 1 && p.rows <= kernels::SmallBatchLinearParams::kMaxRows) {
+    Tensor act = new_tensor({p.rows, width}, DType::bf16);
+    p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+    p.num_outputs = 2;
     p.outputs[0] = {device_weight(gate, "linear"), act.data(), width};
     p.outputs[1] = {device_weight(up, "linear"), nullptr, width};
     if (kernels::small_batch_linear_error(p).empty()) {
@@ -702,28 +745,22 @@ Tensor CudaOps::swiglu_projection(const Tensor& x, const TensorView& gate, const
       return act;
     }
   }
+  const Tensor x = materialise(in);
   return swiglu(linear(x, gate), linear(x, up));
 }
 
-std::pair<Tensor, Tensor> CudaOps::add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
-                                                double eps) {
-  check_same_shape(x, h, "add_rms_norm");
-  check_cuda_tensor(x, DType::bf16, "add_rms_norm input");
-  check_cuda_tensor(h, DType::bf16, "add_rms_norm input");
-  const int64_t dim = x.dim(-1);
-  DI_CHECK(weight.numel() == dim, "add_rms_norm: weight of {} elements for rows of {}", weight.numel(), dim);
-  Tensor sum = new_tensor(x.shape(), DType::bf16), y = new_tensor(x.shape(), DType::bf16);
-  kernels::RmsNormParams p{.x = x.data(), .residual = h.data(), .sum = sum.data(),
-                           .weight = device_param_f32(weight, "rms_norm"), .out = y.data(), .rows = x.numel() / dim,
-                           .dim = dim, .eps = float(eps), .zero_centred = true};
-  check_launch(kernels::launch_rms_norm(p, stream()), "add_rms_norm");
-  return {sum, y};
+Tensor CudaOps::residual_projection(const Tensor& residual, const ProjectionInput& in, const TensorView& weight) {
+  if (options_.group) return add(residual, project_all_reduce(in, weight));
+  return project(in, {&weight}, DType::bf16, &residual)[0];
 }
 
 Tensor CudaOps::linear_all_reduce(const Tensor& x, const TensorView& weight) {
   if (!options_.group) return linear(x, weight);
-  check_cuda_tensor(x, DType::bf16, "linear_all_reduce input");
-  Tensor partial = project(x, {&weight}, DType::f32)[0];
+  return project_all_reduce(x, weight);
+}
+
+Tensor CudaOps::project_all_reduce(const ProjectionInput& in, const TensorView& weight) {
+  Tensor partial = project(in, {&weight}, DType::f32)[0];
   options_.group->all_reduce_sum_f32(options_.rank, partial.as<float>(), size_t(partial.numel()), stream());
   Tensor y = new_tensor(partial.shape(), DType::bf16);
   check_launch(kernels::launch_f32_to_bf16(partial.as<float>(), partial.numel(), y.data(), stream()), "f32_to_bf16");
@@ -747,6 +784,10 @@ Tensor CudaOps::all_gather_columns(const Tensor& x) {
 Tensor CudaOps::gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
   check_cuda_tensor(x, DType::bf16, "gather_rows input");
   const int64_t width = x.dim(-1), n = x.numel() / width;
+  // Every row in order (a decode step's logits): x as it is, no copy.
+  bool every_row = int64_t(rows.size()) == n;
+  for (size_t i = 0; every_row && i < rows.size(); ++i) every_row = rows[i] == int64_t(i);
+  if (every_row) return x.reshaped({n, width});
   std::vector<int32_t> idx(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     DI_CHECK(rows[i] >= 0 && rows[i] < n, "gather_rows: row {} outside [0, {})", rows[i], n);

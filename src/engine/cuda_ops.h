@@ -20,6 +20,7 @@
 #include "core/cuda.h"
 #include "engine/device_group.h"
 #include "kernels/gemm/cuda_gemm.h"
+#include "kernels/gemm/small_batch_linear.h"
 #include "kernels/ops.h"
 #include "kernels/sampling/sampling.h"
 #include "model/weights.h"
@@ -64,12 +65,14 @@ class CudaOps final : public Ops {
   Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) override;
   Tensor swiglu(const Tensor& gate, const Tensor& up) override;
   // Decode-sized steps run the projections of one input in one small-batch launch
-  // (kernels/gemm/small_batch_linear.h), SwiGLU and the partial sums of linear_all_reduce included:
-  // any weight up to 8 rows, fused groups up to 16; other steps run a cuBLASLt GEMM per weight.
-  std::vector<Tensor> linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) override;
-  Tensor swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) override;
-  std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
-                                         double eps) override;
+  // (kernels/gemm/small_batch_linear.h), with the input's norm or gate applied on the way in and
+  // SwiGLU, the residual add or the partial sums of linear_all_reduce on the way out: any weight up
+  // to 8 rows but the lm_head, fused groups up to 16. Other steps compute the input op on its own and
+  // run a cuBLASLt GEMM per weight.
+  std::vector<Tensor> linear_projections(const ProjectionInput& in,
+                                         const std::vector<const TensorView*>& weights) override;
+  Tensor swiglu_projection(const ProjectionInput& in, const TensorView& gate, const TensorView& up) override;
+  Tensor residual_projection(const Tensor& residual, const ProjectionInput& in, const TensorView& weight) override;
 
   Tensor gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_weight, const BatchPlan& plan,
                          int64_t gdn_layer) override;
@@ -118,8 +121,14 @@ class CudaOps final : public Ops {
   struct DecodeGraph;  // a captured decode step of one batch size
 
   Tensor new_tensor(Shape shape, DType dtype);
-  // x times each weight, as bf16 (rounded once) or float32 (partial sums) outputs.
-  std::vector<Tensor> project(const Tensor& x, const std::vector<const TensorView*>& weights, DType out);
+  // The input times each weight, as bf16 (rounded once, plus `residual` when given) or float32
+  // (partial sums) outputs.
+  std::vector<Tensor> project(const ProjectionInput& in, const std::vector<const TensorView*>& weights, DType out,
+                              const Tensor* residual = nullptr);
+  // The small-batch kernel's parameters for this input (its op included).
+  kernels::SmallBatchLinearParams small_batch_params(const ProjectionInput& in, const char* what) const;
+  // Partial sums over this rank's input features, added over the ranks and rounded once.
+  Tensor project_all_reduce(const ProjectionInput& in, const TensorView& weight);
   // out = op(a, b) element by element on two bf16 device tensors of one shape.
   using BinaryLaunch = cudaError_t (*)(const void*, const void*, int64_t, void*, cudaStream_t);
   Tensor elementwise(const Tensor& a, const Tensor& b, const char* op, BinaryLaunch launch);

@@ -12,40 +12,38 @@ namespace di {
 
 Tensor Qwen35Model::forward(const BatchPlan& plan, const std::vector<int64_t>& logit_rows, Ops& ops) const {
   const ModelConfig& c = config_;
+  const double eps = c.rms_norm_eps;
   ops.begin_step(plan);
   Tensor x = ops.embed(w_.embed_tokens, plan);                                // x = E[ids]          [N, H]
   trace("embed", x);
-  // Each residual add is fused with the norm that reads its sum: the mixer's with the post-attention
-  // norm, the MLP's with the next layer's input norm (the last layer's with nothing).
-  Tensor h = ops.rms_norm(x, w_.layers[0].input_layernorm, c.rms_norm_eps);  // h = RMSNorm1p(x)     [N, H]
+  // Each norm is handed to the projections that read it, and each output projection to the residual
+  // add that takes its result (Ops::residual_projection): an implementation may fuse them.
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& L = w_.layers[i];
     const std::string name = fmt::format("layers.{}.", i);
-    trace(name + "input_norm", h);
-    h = L.kind == LayerKind::linear_attention ? gdn_mixer(i, L.gdn, h, plan, ops)
-                                              : attention_mixer(i, L.attn, h, plan, ops);
-    trace(name + "mixer", h);
-    std::tie(x, h) = ops.add_rms_norm(x, h, L.post_attention_layernorm, c.rms_norm_eps);
-                                                                              // x = x + mixer(h); h = RMSNorm1p(x)
-    trace(name + "post_norm", h);
-    h = mlp(L.mlp, h, ops);
-    trace(name + "mlp", h);
-    if (i + 1 < c.num_layers)                                                 // x = x + MLP(h); h = the next
-      std::tie(x, h) = ops.add_rms_norm(x, h, w_.layers[i + 1].input_layernorm, c.rms_norm_eps);  // layer's norm
-    else
-      x = ops.add(x, h);
+    const ProjectionInput h = ProjectionInput::rms_normed(x, L.input_layernorm, eps);  // h = RMSNorm1p(x)
+    trace(name + "input_norm", h, ops);
+    const OutputProjection mixer = L.kind == LayerKind::linear_attention ? gdn_mixer(i, L.gdn, h, plan, ops)
+                                                                         : attention_mixer(i, L.attn, h, plan, ops);
+    trace(name + "mixer", mixer, ops);
+    x = ops.residual_projection(x, mixer.input, *mixer.weight);              // x = x + mixer(h)
+    const ProjectionInput h2 = ProjectionInput::rms_normed(x, L.post_attention_layernorm, eps);
+    trace(name + "post_norm", h2, ops);
+    const OutputProjection mlp_out = mlp(L.mlp, h2, ops);
+    trace(name + "mlp", mlp_out, ops);
+    x = ops.residual_projection(x, mlp_out.input, *mlp_out.weight);          // x = x + MLP(RMSNorm1p(x))
     trace(name + "out", x);
   }
-  Tensor last = ops.gather_rows(x, logit_rows);                               // only the rows asked for
-  last = ops.rms_norm(last, w_.final_norm, c.rms_norm_eps);
-  trace("final_norm", last);
-  Tensor logits = ops.all_gather_columns(ops.linear(last, w_.lm_head));       // [rows, vocab]
+  const ProjectionInput last =                                                // only the rows asked for
+      ProjectionInput::rms_normed(ops.gather_rows(x, logit_rows), w_.final_norm, eps);
+  trace("final_norm", last, ops);
+  Tensor logits = ops.all_gather_columns(ops.linear_projections(last, {&w_.lm_head})[0]);  // [rows, vocab]
   trace("logits", logits);
   return logits;
 }
 
-Tensor Qwen35Model::gdn_mixer(int64_t layer, const GdnWeights& G, const Tensor& h, const BatchPlan& plan,
-                              Ops& ops) const {
+Qwen35Model::OutputProjection Qwen35Model::gdn_mixer(int64_t layer, const GdnWeights& G, const ProjectionInput& h,
+                                                     const BatchPlan& plan, Ops& ops) const {
   const ModelConfig& c = config_;
   const int64_t gdn_layer = c.index_within_kind(layer);
   const std::string name = fmt::format("layers.{}.gdn.", layer);
@@ -62,13 +60,14 @@ Tensor Qwen35Model::gdn_mixer(int64_t layer, const GdnWeights& G, const Tensor& 
                                                                              // S_t = (I - b k k^T) e^g S + b k v^T
                                                                              // o_t = S_t^T q_t     [N, Hv*dv]
   trace(name + "core", o);
-  Tensor y = ops.gated_rms_norm(o, z, G.norm, c.rms_norm_eps);               // norm(o) * w * silu(z)
-  trace(name + "normed", y);
-  return ops.linear_all_reduce(y, G.out_proj);                               // summed over ranks    [N, H]
+  ProjectionInput y = ProjectionInput::gated_rms_normed(o, z, G.norm, c.rms_norm_eps);  // norm(o) * w * silu(z)
+  trace(name + "normed", y, ops);
+  return {std::move(y), &G.out_proj};                                        // out_proj(y)          [N, H]
 }
 
-Tensor Qwen35Model::attention_mixer(int64_t layer, const AttentionWeights& A, const Tensor& h, const BatchPlan& plan,
-                                    Ops& ops) const {
+Qwen35Model::OutputProjection Qwen35Model::attention_mixer(int64_t layer, const AttentionWeights& A,
+                                                           const ProjectionInput& h, const BatchPlan& plan,
+                                                           Ops& ops) const {
   const ModelConfig& c = config_;
   const int64_t D = c.head_dim, N = plan.n_tokens();
   const std::string name = fmt::format("layers.{}.attn.", layer);
@@ -82,14 +81,24 @@ Tensor Qwen35Model::attention_mixer(int64_t layer, const AttentionWeights& A, co
   const Tensor& v = in[2];                                                   //                      [N, Hkv*D]
   ops.rope(q, k, plan, D, c.rotary_dim, c.rope_theta);                       // rotate dims [0, rotary_dim)
   Tensor o = ops.attention(q, k, v, plan, c.index_within_kind(layer));       // softmax(q k^T / sqrt(D)) v
-  o = ops.sigmoid_gate(o, gate);                                             // o * sigmoid(gate)
-  trace(name + "gated", o);
-  return ops.linear_all_reduce(o, A.o_proj);                                 // summed over ranks    [N, H]
+  ProjectionInput gated = ProjectionInput::sigmoid_gated(o, gate);           // o * sigmoid(gate)
+  trace(name + "gated", gated, ops);
+  return {std::move(gated), &A.o_proj};                                      // o_proj(gated)        [N, H]
 }
 
-Tensor Qwen35Model::mlp(const MlpWeights& M, const Tensor& h, Ops& ops) const {
+Qwen35Model::OutputProjection Qwen35Model::mlp(const MlpWeights& M, const ProjectionInput& h, Ops& ops) const {
   Tensor act = ops.swiglu_projection(h, M.gate_proj, M.up_proj);            // silu(h Wg^T) * (h Wu^T) [N, I]
-  return ops.linear_all_reduce(act, M.down_proj);                            // down(act)
+  return {std::move(act), &M.down_proj};                                     // down(act)
+}
+
+void Qwen35Model::trace(const std::string& name, const ProjectionInput& value, Ops& ops) const {
+  if (observer) observer(name, observer_reads_values ? ops.materialise(value) : value.x);
+}
+
+void Qwen35Model::trace(const std::string& name, const OutputProjection& value, Ops& ops) const {
+  if (observer)
+    observer(name, observer_reads_values ? ops.linear_all_reduce(ops.materialise(value.input), *value.weight)
+                                         : value.input.x);
 }
 
 }  // namespace di

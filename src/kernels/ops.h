@@ -31,6 +31,40 @@ struct BatchPlan {
   int64_t n_tokens() const { return int64_t(token_ids.size()); }
 };
 
+// The input rows of a projection: a tensor, or a row-wise op on one that an implementation may apply
+// inside the projection, to each row on the way in, rather than write out (CudaOps does for
+// decode-sized steps). Ops::materialise computes it with the plain op.
+struct ProjectionInput {
+  enum class Op {
+    none,            // x
+    rms_norm,        // rms_norm(x, weight, eps)
+    gated_rms_norm,  // gated_rms_norm(x, gate, weight, eps): gate is z
+    sigmoid_gate,    // sigmoid_gate(x, gate)
+  };
+  ProjectionInput(Tensor x) : x(std::move(x)) {}  // NOLINT(google-explicit-constructor): a plain input
+  static ProjectionInput rms_normed(Tensor x, const TensorView& weight, double eps) {
+    ProjectionInput in(std::move(x));
+    in.op = Op::rms_norm, in.weight = &weight, in.eps = eps;
+    return in;
+  }
+  static ProjectionInput gated_rms_normed(Tensor o, Tensor z, const TensorView& weight, double eps) {
+    ProjectionInput in(std::move(o));
+    in.op = Op::gated_rms_norm, in.gate = std::move(z), in.weight = &weight, in.eps = eps;
+    return in;
+  }
+  static ProjectionInput sigmoid_gated(Tensor x, Tensor gate) {
+    ProjectionInput in(std::move(x));
+    in.op = Op::sigmoid_gate, in.gate = std::move(gate);
+    return in;
+  }
+
+  Tensor x;
+  Op op = Op::none;
+  Tensor gate;
+  const TensorView* weight = nullptr;  // the norm's
+  double eps = 0;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -70,25 +104,36 @@ class Ops {
   // silu(gate) * up
   virtual Tensor swiglu(const Tensor& gate, const Tensor& up) = 0;
 
-  // --- Fused forms: the same values as the plain ops they stand for, one pass where an
-  // implementation can (CudaOps fuses them for decode-sized steps) ------------------------------
+  // --- Projections of one input, in the fused forms an implementation may run in one pass: the same
+  // values as the plain ops they stand for -------------------------------------------------------
+  // The input op computed on its own (a plain input is returned as it is).
+  Tensor materialise(const ProjectionInput& in) {
+    switch (in.op) {
+      case ProjectionInput::Op::rms_norm: return rms_norm(in.x, *in.weight, in.eps);
+      case ProjectionInput::Op::gated_rms_norm: return gated_rms_norm(in.x, in.gate, *in.weight, in.eps);
+      case ProjectionInput::Op::sigmoid_gate: return sigmoid_gate(in.x, in.gate);
+      case ProjectionInput::Op::none: break;
+    }
+    return in.x;
+  }
   // [x W_0^T, x W_1^T, ...]: the projections of one input (a layer's input projections).
-  virtual std::vector<Tensor> linear_projections(const Tensor& x, const std::vector<const TensorView*>& weights) {
+  virtual std::vector<Tensor> linear_projections(const ProjectionInput& in,
+                                                 const std::vector<const TensorView*>& weights) {
+    const Tensor x = materialise(in);
     std::vector<Tensor> out;
     out.reserve(weights.size());
     for (const TensorView* w : weights) out.push_back(linear(x, *w));
     return out;
   }
   // swiglu(x W_gate^T, x W_up^T): the MLP's first half.
-  virtual Tensor swiglu_projection(const Tensor& x, const TensorView& gate, const TensorView& up) {
+  virtual Tensor swiglu_projection(const ProjectionInput& in, const TensorView& gate, const TensorView& up) {
+    const Tensor x = materialise(in);
     return swiglu(linear(x, gate), linear(x, up));
   }
-  // {x + h, rms_norm(x + h)}: the residual stream's add and the norm that reads it.
-  virtual std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const TensorView& weight,
-                                                 double eps) {
-    Tensor sum = add(x, h);
-    Tensor normed = rms_norm(sum, weight, eps);
-    return {sum, normed};
+  // residual + x W^T, W's input features split over the ranks (linear_all_reduce): an output
+  // projection (o_proj, out_proj, down_proj) and the residual add that takes its result.
+  virtual Tensor residual_projection(const Tensor& residual, const ProjectionInput& in, const TensorView& weight) {
+    return add(residual, linear_all_reduce(materialise(in), weight));
   }
 
   // --- Gated DeltaNet -----------------------------------------------------------------------

@@ -349,35 +349,118 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.outputs[1] = {w, nullptr, 8};
       },
       "swiglu takes two weights");
+  refused(
+      [](P& p) {
+        p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+        p.num_outputs = 2;
+        p.outputs[1] = {w, nullptr, 4};
+        p.input = kernels::SmallBatchInput::sigmoid_gate;
+        p.gate = x;
+      },
+      "swiglu takes a plain or RMS-normed input");
+  refused([](P& p) { p.input = kernels::SmallBatchInput::rms_norm; }, "norm weight is null");
+  refused([](P& p) { p.input = kernels::SmallBatchInput::sigmoid_gate; }, "gate is null");
+  alignas(16) static const float norm[16] = {};
+  const auto gated = [](int64_t group) {
+    return [group](P& p) {
+      p.input = kernels::SmallBatchInput::gated_rms_norm;
+      p.norm_weight = norm;
+      p.gate = x;
+      p.group = group;
+    };
+  };
+  refused(gated(0), "a norm group of 0");
+  refused(gated(12), "a norm group of 12");
+  refused(gated(32), "a norm group of 32 (a multiple of 8 that divides the 16 input features)");
+  refused(
+      [&](P& p) {
+        gated(8)(p);
+        p.in_features = 8 * 1024;
+      },
+      "2 rows of 1024 norm groups");
+  refused(
+      [](P& p) {
+        p.residual = x;
+        p.epilogue = kernels::SmallBatchEpilogue::f32;
+      },
+      "a residual is added to one bf16 output only");
 }
 
-// The residual add fused into the norm: the same bits as the add kernel and then the norm kernel.
-TEST_F(KernelTest, AddRmsNormEqualsAddThenNorm) {
+// The ops fused into the projections give the bits of their own kernels: a norm or gate applied on
+// the way in equals that op's kernel and then the plain projection; the residual added on the way
+// out equals the plain projection and then the add kernel. Both reduction orders of the norm (a warp
+// per row up to 1024 features, a block above), odd row counts, poisoned outputs.
+TEST_F(KernelTest, SmallBatchLinearInputOpsEqualTheirKernels) {
   SCOPED_TRACE(testing::seed_trace(seed_));
-  for (int64_t dim : {64, 2560}) {  // warp-per-row and block-per-row forms
-    for (int64_t rows : kRows) {
-      SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim));
-      const auto x = random_bf16_values(size_t(rows * dim), rng_, 3.0f);
-      const auto h = random_bf16_values(x.size(), rng_, 3.0f);
-      const auto w = random_bf16_values(size_t(dim), rng_, 0.2f);
-      auto dx = device_bf16(x), dh = device_bf16(h);
-      cuda::DeviceBuffer<float> dw{std::span<const float>(w)};
-      auto sum = poisoned_bf16(x.size()), out = poisoned_bf16(x.size());
-      auto plain_sum = poisoned_bf16(x.size()), plain_out = poisoned_bf16(x.size());
-      kernels::RmsNormParams fused{.x = dx.data(), .residual = dh.data(), .sum = sum.data(), .weight = dw.data(),
-                                   .out = out.data(), .rows = rows, .dim = dim, .eps = 1e-6f, .zero_centred = true};
-      ASSERT_EQ(kernels::launch_rms_norm(fused, stream_), cudaSuccess);
-      ASSERT_EQ(kernels::launch_add(dx.data(), dh.data(), rows * dim, plain_sum.data(), stream_), cudaSuccess);
-      kernels::RmsNormParams plain{.x = plain_sum.data(), .weight = dw.data(), .out = plain_out.data(), .rows = rows,
-                                   .dim = dim, .eps = 1e-6f, .zero_centred = true};
-      ASSERT_EQ(kernels::launch_rms_norm(plain, stream_), cudaSuccess);
+  using Input = kernels::SmallBatchInput;
+  struct Case {
+    Input input;
+    int64_t K, group;
+    bool swiglu;
+  };
+  const Case cases[] = {{Input::rms_norm, 2560, 0, false}, {Input::rms_norm, 328, 0, false},
+                        {Input::rms_norm, 2560, 0, true},  {Input::gated_rms_norm, 4096, 128, false},
+                        {Input::gated_rms_norm, 192, 64, false}, {Input::sigmoid_gate, 1032, 0, false}};
+  const int64_t N = 77;
+  for (const Case& c : cases) {
+    const TestWeight w = random_weight(N, c.K, rng_), up = random_weight(N, c.K, rng_);
+    const int64_t norm_width = c.input == Input::gated_rms_norm ? c.group : c.K;
+    const auto norm_w = random_bf16_values(size_t(norm_width), rng_, 0.5f);
+    cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
+    for (int64_t M : {int64_t(1), int64_t(5), int64_t(16)}) {
+      SCOPED_TRACE("input " + std::to_string(int(c.input)) + " K " + std::to_string(c.K) + " M " +
+                   std::to_string(M) + (c.swiglu ? " swiglu" : ""));
+      const auto x = random_bf16_values(size_t(M * c.K), rng_, 2.0f);
+      const auto gate = random_bf16_values(x.size(), rng_, 3.0f);
+      const auto residual = random_bf16_values(size_t(M * N), rng_, 2.0f);
+      auto dx = device_bf16(x), dgate = device_bf16(gate), dres = device_bf16(residual);
+      // The op on its own, by its kernel.
+      auto op_out = poisoned_bf16(x.size());
+      if (c.input == Input::rms_norm) {
+        kernels::RmsNormParams n{.x = dx.data(), .weight = dnorm.data(), .out = op_out.data(), .rows = M,
+                                 .dim = c.K, .eps = 1e-6f, .zero_centred = true};
+        ASSERT_EQ(kernels::launch_rms_norm(n, stream_), cudaSuccess);
+      } else if (c.input == Input::gated_rms_norm) {
+        kernels::GatedRmsNormParams n{.x = dx.data(), .z = dgate.data(), .weight = dnorm.data(), .out = op_out.data(),
+                                      .rows = M * c.K / c.group, .dim = c.group, .eps = 1e-6f};
+        ASSERT_EQ(kernels::launch_gated_rms_norm(n, stream_), cudaSuccess);
+      } else {
+        ASSERT_EQ(kernels::launch_sigmoid_gate(dx.data(), dgate.data(), M * c.K, op_out.data(), stream_), cudaSuccess);
+      }
+      // Then the plain projection (and the add), against the fused launch.
+      auto plain = poisoned_bf16(size_t(M * N)), fused = poisoned_bf16(size_t(M * N));
+      kernels::SmallBatchLinearParams p{.x = op_out.data(), .rows = M, .in_features = c.K, .num_outputs = 1};
+      p.outputs[0] = {w.device.data(), plain.data(), N};
+      if (c.swiglu) {
+        p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+        p.num_outputs = 2;
+        p.outputs[1] = {up.device.data(), nullptr, N};
+      }
+      ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+      auto plain_sum = poisoned_bf16(size_t(M * N));
+      if (!c.swiglu)
+        ASSERT_EQ(kernels::launch_add(dres.data(), plain.data(), M * N, plain_sum.data(), stream_), cudaSuccess);
+
+      p.x = dx.data();
+      p.input = c.input;
+      p.norm_weight = c.input == Input::sigmoid_gate ? nullptr : dnorm.data();
+      p.gate = c.input == Input::rms_norm ? nullptr : dgate.data();
+      p.group = c.group;
+      p.eps = 1e-6f;
+      p.outputs[0].out = fused.data();
+      ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+      auto fused_sum = poisoned_bf16(size_t(M * N));
+      if (!c.swiglu) {
+        p.residual = dres.data();
+        p.outputs[0].out = fused_sum.data();
+        ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+        ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+      }
       sync();
-      EXPECT_EQ(sum.download(), plain_sum.download());
-      EXPECT_EQ(out.download(), plain_out.download());
-      std::vector<float> s(x.size()), expected(x.size());
-      for (size_t i = 0; i < s.size(); ++i) s[i] = round_bf16(x[i] + h[i]);
-      ref::rms_norm(s.data(), rows, dim, host_view(w), 1e-6, expected.data(), Precision::bf16);
-      EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "add_rms_norm"));
+      EXPECT_EQ(fused.download(), plain.download());
+      if (!c.swiglu) EXPECT_EQ(fused_sum.download(), plain_sum.download());
     }
   }
 }

@@ -27,6 +27,23 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
     const bool written = p.epilogue != SmallBatchEpilogue::swiglu || i == 0;
     if (written && !o.out) return fmt::format("output {} is null", i);
   }
+  using Input = SmallBatchInput;
+  if (p.epilogue == SmallBatchEpilogue::swiglu && p.input != Input::plain && p.input != Input::rms_norm)
+    return "swiglu takes a plain or RMS-normed input";
+  const bool norm = p.input == Input::rms_norm || p.input == Input::gated_rms_norm;
+  if (norm && (!p.norm_weight || !aligned16(p.norm_weight))) return "the norm weight is null or not 16-byte aligned";
+  const bool gated = p.input == Input::gated_rms_norm || p.input == Input::sigmoid_gate;
+  if (gated && (!p.gate || !aligned16(p.gate))) return "the gate is null or not 16-byte aligned";
+  if (p.input == Input::gated_rms_norm) {
+    if (p.group <= 0 || p.group % 8 != 0 || p.in_features % p.group != 0)
+      return fmt::format("a norm group of {} (a multiple of 8 that divides the {} input features)", p.group,
+                         p.in_features);
+    if (p.rows * (p.in_features / p.group) > SmallBatchLinearParams::kMaxNormScales)
+      return fmt::format("{} rows of {} norm groups (at most {} in all)", p.rows, p.in_features / p.group,
+                         SmallBatchLinearParams::kMaxNormScales);
+  }
+  if (p.residual && (p.epilogue != SmallBatchEpilogue::bf16 || p.num_outputs != 1))
+    return "a residual is added to one bf16 output only";
   return "";
 }
 

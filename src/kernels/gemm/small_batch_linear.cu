@@ -1,5 +1,6 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/gemm/small_batch_linear.h"
+#include "kernels/norm/norm_rows.cuh"
 
 namespace di::kernels {
 
@@ -40,6 +41,79 @@ __device__ __forceinline__ void mma_step(float (&c)[kFragment], const uint4& row
   mma_bf16(c, row_g.z, row_g8.z, row_g.w, row_g8.w, x.z, x.w);
 }
 
+// The per-row (and per-group) 1 / rms factors of a norm applied on the way in, into `scale`, reduced
+// in the order of the norm kernels (kernels/norm/norm_rows.cuh), so the values are theirs bit for
+// bit. Every thread of the block must call it.
+template <SmallBatchInput kInput>
+__device__ __forceinline__ void input_scales(const SmallBatchLinearParams& p, float* scale) {
+  const bf16* x = static_cast<const bf16*>(p.x);
+  const int64_t K = p.in_features;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (kInput == SmallBatchInput::rms_norm) {
+    if (K > kNormWarpRowMax) {
+      for (int64_t m = 0; m < p.rows; ++m) {
+        const float s = block_row_inv_rms(x + m * K, K, p.eps);
+        if (threadIdx.x == 0) scale[m] = s;
+      }
+    } else {
+      for (int64_t m = warp; m < p.rows; m += blockDim.x / 32) {
+        const float s = warp_row_inv_rms(x + m * K, K, p.eps, lane);
+        if (lane == 0) scale[m] = s;
+      }
+    }
+  } else if constexpr (kInput == SmallBatchInput::gated_rms_norm) {
+    const int64_t groups = K / p.group;
+    for (int64_t r = warp; r < p.rows * groups; r += blockDim.x / 32) {  // r = m * groups + group
+      const float s = warp_row_inv_rms(x + r * p.group, p.group, p.eps, lane);
+      if (lane == 0) scale[r] = s;
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+}
+__device__ __forceinline__ void load_f32x8(const float* p, float (&f)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// Input elements [k, k + 8) of row m, with the op ahead applied (the values its kernel writes).
+template <SmallBatchInput kInput>
+__device__ __forceinline__ uint4 load_input(const SmallBatchLinearParams& p, int64_t m, int64_t k,
+                                            const float* scale) {
+  const int64_t at = m * p.in_features + k;
+  // A plain (coherent) load: x is the output of the kernel ahead, waited for before this.
+  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) + at);
+  if constexpr (kInput == SmallBatchInput::plain) return raw;
+  float x[8], w[8], g[8];
+  unpack8(raw, x);
+  if constexpr (kInput == SmallBatchInput::rms_norm) {
+    load_f32x8(p.norm_weight + k, w);
+    const float s = scale[m];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = rms_normed(x[i], s, w[i]);
+  } else {
+    unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.gate) + at), g);
+    if constexpr (kInput == SmallBatchInput::gated_rms_norm) {
+      load_f32x8(p.norm_weight + k % p.group, w);  // group % 8 == 0: the 8 are in one group
+      const float s = scale[m * (p.in_features / p.group) + k / p.group];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = gated_rms_normed(x[i], s, w[i], g[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = x[i] * round_bf16(sigmoid(g[i]));
+    }
+  }
+  return pack8(x);
+}
+
 // The block's 16 rows: which output, its weights (two for swiglu: the gate's and the up
 // projection's rows), where its results go. Constant indices only, so the parameters stay in the
 // constant bank rather than being copied to local memory.
@@ -72,7 +146,8 @@ __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams
 // kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
 // input loads). kInputTiles: the 8-row input tiles, 1 for M <= 8, 2 for M <= 16 (each a second mma on
 // the same weights). The loads in flight per thread stay about 128 bytes.
-template <int kWeights, int kInputTiles>
+// kInput: the op ahead, applied to x on the way in.
+template <int kWeights, int kInputTiles, SmallBatchInput kInput>
 __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
     small_batch_linear_kernel(SmallBatchLinearParams p) {
   constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
@@ -91,12 +166,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     w_row[j][1] = tile.weight[j] + (r1 < N ? r1 : N - 1) * K;
   }
   bool has_x[kInputTiles];
-  const uint16_t* x_row[kInputTiles];
 #pragma unroll
-  for (int c = 0; c < kInputTiles; ++c) {
-    has_x[c] = 8 * c + g < p.rows;
-    x_row[c] = static_cast<const uint16_t*>(p.x) + (has_x[c] ? 8 * c + g : 0) * K;
-  }
+  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
 
   // Warp `warp` takes steps [first, last) of ceil(K / 32).
   const int64_t steps = (K + kStepK - 1) / kStepK;
@@ -121,23 +192,41 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   load_weights(first);
   wait_for_prior_grid();
   allow_dependent_grid();
+  constexpr bool kNorm = kInput == SmallBatchInput::rms_norm || kInput == SmallBatchInput::gated_rms_norm;
+  __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
+                                                                    : SmallBatchLinearParams::kMaxRows];
+  if constexpr (kNorm) input_scales<kInput>(p, scale);
   for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
     if (s0 != first) load_weights(s0);
-    uint4 x[kUnroll][kInputTiles];
+    if constexpr (kInput == SmallBatchInput::plain) {
+      uint4 x[kUnroll][kInputTiles];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = (s0 + u) * kStepK + 8 * q;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = (s0 + u) * kStepK + 8 * q;
 #pragma unroll
-      for (int c = 0; c < kInputTiles; ++c)
-        // A plain (coherent) load: x is the output of the kernel ahead, waited for above.
-        x[u][c] = s0 + u < last && k < K && has_x[c] ? *reinterpret_cast<const uint4*>(x_row[c] + k) : zero;
+        for (int c = 0; c < kInputTiles; ++c)
+          x[u][c] = s0 + u < last && k < K && has_x[c] ? load_input<kInput>(p, 8 * c + g, k, scale) : zero;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+          for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
+    } else {
+      // An input op's temporaries live for one step at a time (they would not fit beside the
+      // weights in flight for all of them).
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = (s0 + u) * kStepK + 8 * q;
+#pragma unroll
+        for (int c = 0; c < kInputTiles; ++c) {
+          const uint4 x = s0 + u < last && k < K && has_x[c] ? load_input<kInput>(p, 8 * c + g, k, scale) : zero;
+#pragma unroll
+          for (int j = 0; j < kWeights; ++j) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x);
+        }
+      }
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-        for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
   }
 
   // The warps' partial sums, added in warp order (a fixed order: the result is deterministic).
@@ -172,10 +261,30 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
       static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
     } else if (p.epilogue == SmallBatchEpilogue::f32) {
       static_cast<float*>(tile.out)[at] = sum[0];
+    } else if (p.residual != nullptr) {  // rounded, then added as the add kernel adds
+      static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(sum[0]) + to_f32(static_cast<const bf16*>(p.residual)[at]));
     } else {
       static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
     }
   }
+}
+
+using Kernel = void (*)(SmallBatchLinearParams);
+
+template <int kWeights, SmallBatchInput kInput>
+Kernel pick_tiles(bool two_tiles) {
+  return two_tiles ? small_batch_linear_kernel<kWeights, 2, kInput> : small_batch_linear_kernel<kWeights, 1, kInput>;
+}
+
+// The SwiGLU pair takes a plain or RMS-normed input (the MLP's); one weight takes any.
+template <int kWeights>
+Kernel pick_kernel(SmallBatchInput input, bool two_tiles) {
+  if (input == SmallBatchInput::rms_norm) return pick_tiles<kWeights, SmallBatchInput::rms_norm>(two_tiles);
+  if constexpr (kWeights == 1) {
+    if (input == SmallBatchInput::gated_rms_norm) return pick_tiles<1, SmallBatchInput::gated_rms_norm>(two_tiles);
+    if (input == SmallBatchInput::sigmoid_gate) return pick_tiles<1, SmallBatchInput::sigmoid_gate>(two_tiles);
+  }
+  return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles);
 }
 
 }  // namespace
@@ -193,11 +302,9 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   if (p.epilogue == SmallBatchEpilogue::swiglu) {
     SmallBatchLinearParams pair = p;
     pair.num_outputs = 1;  // find_tile walks the gate's tiles; the up weight is outputs[1]
-    void (*kernel)(SmallBatchLinearParams) = two_tiles ? small_batch_linear_kernel<2, 2> : small_batch_linear_kernel<2, 1>;
-    return launch_early(kernel, grid, block, 0, stream, pair);
+    return launch_early(pick_kernel<2>(p.input, two_tiles), grid, block, 0, stream, pair);
   }
-  void (*kernel)(SmallBatchLinearParams) = two_tiles ? small_batch_linear_kernel<1, 2> : small_batch_linear_kernel<1, 1>;
-  return launch_early(kernel, grid, block, 0, stream, p);
+  return launch_early(pick_kernel<1>(p.input, two_tiles), grid, block, 0, stream, p);
 }
 
 }  // namespace di::kernels

@@ -9,8 +9,10 @@
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
-// on the way out. Each output's value is a fixed sum over K in a fixed order: it does not depend on
-// M nor on the other rows, so a sequence's result is the same alone and batched.
+// on the way out. The op ahead of a projection (a norm, a gate) can be applied to its input on the
+// way in, and the residual add on the way out, so that the small kernels between the projections of
+// a decode step go. Each output's value is a fixed sum over K in a fixed order: it does not depend
+// on M nor on the other rows, so a sequence's result is the same alone and batched.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,15 +21,27 @@
 namespace di::kernels {
 
 enum class SmallBatchEpilogue {
-  bf16,    // each output bf16 [M, N_i], rounded once
+  bf16,    // each output bf16 [M, N_i], rounded once (plus `residual`, when given: bf16(bf16(y) + r))
   f32,     // each output float32 [M, N_i], not rounded (a partial sum that other ranks' are added to)
   swiglu,  // two weights (gate, up) of one N: outputs[0].out = bf16(silu(bf16(gate)) * bf16(up)),
            // rounded where the separate GEMMs and the SwiGLU kernel round
 };
 
+// The row-wise op ahead of the projection, applied to x on the way in (each block recomputes what it
+// needs of it from x, which the L2 holds): the same bits as that op's own kernel (kernels/norm,
+// kernels/elementwise) followed by the plain projection.
+enum class SmallBatchInput {
+  plain,           // x
+  rms_norm,        // bf16(x * s_m * (1 + w_k)), s_m = 1 / rms(x_m) over K (zero-centred RMSNorm)
+  gated_rms_norm,  // bf16(bf16(w_j * bf16(x * s_mh)) * silu(gate)), s_mh over each group of
+                   // `group` features (a value head), j the index within the group
+  sigmoid_gate,    // bf16(x * bf16(sigmoid(gate)))
+};
+
 struct SmallBatchLinearParams {
   static constexpr int kMaxRows = 16;
   static constexpr int kMaxOutputs = 4;
+  static constexpr int kMaxNormScales = 1024;  // rows x groups of gated_rms_norm
   struct Output {
     const void* weight = nullptr;  // bf16 [features, K], row-major
     void* out = nullptr;           // [M, features] (unused for the up weight of swiglu)
@@ -39,6 +53,14 @@ struct SmallBatchLinearParams {
   Output outputs[kMaxOutputs];
   int num_outputs = 0;
   SmallBatchEpilogue epilogue = SmallBatchEpilogue::bf16;
+
+  SmallBatchInput input = SmallBatchInput::plain;
+  const float* norm_weight = nullptr;  // rms_norm: [K]; gated_rms_norm: [group]
+  const void* gate = nullptr;          // gated_rms_norm, sigmoid_gate: bf16 [M, K]
+  int64_t group = 0;                   // gated_rms_norm: a multiple of 8 that divides K
+  float eps = 1e-6f;
+  // bf16 epilogue with one output: bf16 [M, N] added to the rounded result (the residual stream).
+  const void* residual = nullptr;
 };
 
 // Why the kernel cannot run these parameters, or "" when it can (the caller then uses the general

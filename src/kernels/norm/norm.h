@@ -8,10 +8,6 @@ namespace di::kernels {
 
 struct RmsNormParams {
   const void* x;         // bf16 [rows, dim]
-  // Optional, together: the norm is then taken of sum = bf16(x + residual), written to `sum` (the
-  // residual stream's add fused into the norm that follows it).
-  const void* residual = nullptr;  // bf16 [rows, dim]
-  void* sum = nullptr;             // bf16 [rows, dim]
   const float* weight;   // f32 [dim]: the parameter's values (bf16-exact in a bf16 run)
   void* out;             // bf16 [rows, dim]
   int64_t rows = 0;
@@ -19,7 +15,7 @@ struct RmsNormParams {
   float eps = 1e-6f;
   bool zero_centred = true;  // multiply by (1 + w) (Qwen3.5's RMSNorm) rather than w
 };
-// out = bf16(x * rsqrt(mean(x^2) + eps) * (1 + w)); with a residual, x is first sum = bf16(x + residual)
+// out = bf16(x * rsqrt(mean(x^2) + eps) * (1 + w))
 cudaError_t launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
 struct GatedRmsNormParams {
