@@ -451,6 +451,7 @@ void CudaOps::free_slot(int slot) {
 }
 
 void CudaOps::begin_step(const BatchPlan& plan) {
+  residual_sum_sq_.reset();
   if (graph_ != nullptr) {  // capturing: the metadata goes through the graph's pinned buffer
     step_ = plan_step(plan, graph_->block_width, graph_->decode_splits);
     upload_step_metadata(*step_, graph_->pinned, graph_->metadata.data());
@@ -653,6 +654,13 @@ std::vector<Tensor> CudaOps::linear_projections(const ProjectionInput& in,
   return project(in, weights, DType::bf16);
 }
 
+ProjectionInput CudaOps::fusable(const ProjectionInput& in) {
+  if (in.op != ProjectionInput::Op::rms_norm) return in;
+  const bool sums_known = residual_sum_sq_ && residual_sum_sq_->x.data() == in.x.data() &&
+                          residual_sum_sq_->x.shape() == in.x.shape();
+  return sums_known ? in : ProjectionInput(materialise(in));
+}
+
 kernels::SmallBatchLinearParams CudaOps::small_batch_params(const ProjectionInput& in, const char* what) const {
   const Tensor& x = in.x;
   check_cuda_tensor(x, DType::bf16, what);
@@ -668,9 +676,12 @@ kernels::SmallBatchLinearParams CudaOps::small_batch_params(const ProjectionInpu
     case Op::none: break;
     case Op::rms_norm:
       DI_CHECK(in.weight->numel() == K, "{}: norm weight of {} elements for rows of {}", what, in.weight->numel(), K);
+      DI_CHECK(residual_sum_sq_ && residual_sum_sq_->x.data() == x.data(), "{}: no sums of squares for the norm", what);
       p.input = kernels::SmallBatchInput::rms_norm;
       p.norm_weight = device_param_f32(*in.weight, "rms_norm");
       p.eps = float(in.eps);
+      p.input_sum_sq = residual_sum_sq_->sum_sq.as<float>();
+      p.input_sum_sq_parts = residual_sum_sq_->sum_sq.dim(1);
       break;
     case Op::gated_rms_norm:
       p.input = kernels::SmallBatchInput::gated_rms_norm;
@@ -683,8 +694,9 @@ kernels::SmallBatchLinearParams CudaOps::small_batch_params(const ProjectionInpu
   return p;
 }
 
-std::vector<Tensor> CudaOps::project(const ProjectionInput& in, const std::vector<const TensorView*>& weights,
+std::vector<Tensor> CudaOps::project(const ProjectionInput& input, const std::vector<const TensorView*>& weights,
                                      DType out, const Tensor* residual) {
+  const ProjectionInput in = fusable(input);
   kernels::SmallBatchLinearParams p = small_batch_params(in, "linear input");
   const int64_t K = p.in_features, rows = p.rows;
   std::vector<Tensor> y;
@@ -700,18 +712,25 @@ std::vector<Tensor> CudaOps::project(const ProjectionInput& in, const std::vecto
   }
   // Decode-sized steps: every projection in one pass over the weights (kernels/gemm/small_batch_linear.h).
   // Up to 8 rows it streams any weight faster than cuBLASLt but the lm_head (whose many tiles
-  // cuBLASLt streams at 94-96% of the bandwidth, against 90%); from 9 to 16 rows only fused groups
-  // (several weights, one launch) win, and a lone weight goes to cuBLASLt (docs/benchmarks/decode.md).
+  // cuBLASLt streams at 94-96% of the bandwidth, against 90%). From 9 to 16 rows a lone weight
+  // streams faster on cuBLASLt, so only fused groups (several weights, one launch) and residual
+  // projections (whose add and next norm go with them) stay (docs/benchmarks/decode.md).
   constexpr int64_t kVocabSized = 65536;
   const bool lone = weights.size() == 1;
-  const bool small_batch_wins = lone ? rows <= 8 && weights[0]->dim(0) < kVocabSized : true;
+  const bool small_batch_wins = lone ? (rows <= 8 || residual != nullptr) && weights[0]->dim(0) < kVocabSized : true;
   p.epilogue = out == DType::f32 ? kernels::SmallBatchEpilogue::f32 : kernels::SmallBatchEpilogue::bf16;
   p.num_outputs = int(weights.size());
-  p.residual = residual != nullptr ? residual->data() : nullptr;
   for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
     p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
+  Tensor sum_sq;
+  if (residual != nullptr) {
+    p.residual = residual->data();
+    sum_sq = new_tensor({rows, kernels::small_batch_sum_sq_parts(weights[0]->dim(0))}, DType::f32);
+    p.out_sum_sq = sum_sq.as<float>();
+  }
   if (small_batch_wins && kernels::small_batch_linear_error(p).empty()) {
     check_launch(kernels::launch_small_batch_linear(p, stream()), "small_batch_linear");
+    if (residual != nullptr) residual_sum_sq_ = ResidualSumSq{y[0], sum_sq};
     return y;
   }
   // Otherwise the input op on its own, a GEMM per weight, and the add.
@@ -727,7 +746,8 @@ std::vector<Tensor> CudaOps::project(const ProjectionInput& in, const std::vecto
   return y;
 }
 
-Tensor CudaOps::swiglu_projection(const ProjectionInput& in, const TensorView& gate, const TensorView& up) {
+Tensor CudaOps::swiglu_projection(const ProjectionInput& input, const TensorView& gate, const TensorView& up) {
+  const ProjectionInput in = fusable(input);
   kernels::SmallBatchLinearParams p = small_batch_params(in, "swiglu_projection input");
   DI_CHECK(gate.shape == up.shape, "swiglu_projection: gate {} and up {} differ", shape_str(gate.shape),
            shape_str(up.shape));

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -125,7 +126,10 @@ class CudaOps final : public Ops {
   // (partial sums) outputs.
   std::vector<Tensor> project(const ProjectionInput& in, const std::vector<const TensorView*>& weights, DType out,
                               const Tensor* residual = nullptr);
-  // The small-batch kernel's parameters for this input (its op included).
+  // The input as the small-batch kernel can take it: its op, or computed on its own where the kernel
+  // cannot apply it (an RMS norm of rows whose sums of squares no residual projection left).
+  ProjectionInput fusable(const ProjectionInput& in);
+  // The small-batch kernel's parameters for a fusable input (its op included).
   kernels::SmallBatchLinearParams small_batch_params(const ProjectionInput& in, const char* what) const;
   // Partial sums over this rank's input features, added over the ranks and rounded once.
   Tensor project_all_reduce(const ProjectionInput& in, const TensorView& weight);
@@ -171,6 +175,12 @@ class CudaOps final : public Ops {
   std::unordered_map<int, size_t> eager_step_bytes_;
   std::unordered_map<int, std::shared_ptr<cuda::DeviceBuffer<uint8_t>>> graph_arenas_;
   DecodeGraph* graph_ = nullptr;  // set while capturing: new_tensor takes from its arena
+  // The residual stream as the last small-batch residual projection of the step wrote it, with its
+  // rows' partial sums of squares (for the RMS norm that reads it next).
+  struct ResidualSumSq {
+    Tensor x, sum_sq;
+  };
+  std::optional<ResidualSumSq> residual_sum_sq_;
   size_t step_bytes_ = 0;         // bytes new_tensor handed out since the step began
 };
 

@@ -359,6 +359,15 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
       },
       "swiglu takes a plain or RMS-normed input");
   refused([](P& p) { p.input = kernels::SmallBatchInput::rms_norm; }, "norm weight is null");
+  alignas(16) static const float sums[4] = {};
+  refused(
+      [](P& p) {
+        p.input = kernels::SmallBatchInput::rms_norm;
+        p.norm_weight = sums;
+      },
+      "needs its rows' partial sums of squares");
+  refused([](P& p) { p.out_sum_sq = const_cast<float*>(sums); },
+          "sums of squares are written for a residual output only");
   refused([](P& p) { p.input = kernels::SmallBatchInput::sigmoid_gate; }, "gate is null");
   alignas(16) static const float norm[16] = {};
   const auto gated = [](int64_t group) {
@@ -386,81 +395,133 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
       "a residual is added to one bf16 output only");
 }
 
-// The ops fused into the projections give the bits of their own kernels: a norm or gate applied on
-// the way in equals that op's kernel and then the plain projection; the residual added on the way
-// out equals the plain projection and then the add kernel. Both reduction orders of the norm (a warp
-// per row up to 1024 features, a block above), odd row counts, poisoned outputs.
+// The ops fused into the projections give the bits of their own kernels: a gate or the GDN output
+// norm applied on the way in equals that op's kernel and then the plain projection; the residual
+// added on the way out equals the plain projection and then the add kernel. Odd row counts, odd
+// group sizes, poisoned outputs.
 TEST_F(KernelTest, SmallBatchLinearInputOpsEqualTheirKernels) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   using Input = kernels::SmallBatchInput;
   struct Case {
     Input input;
     int64_t K, group;
-    bool swiglu;
   };
-  const Case cases[] = {{Input::rms_norm, 2560, 0, false}, {Input::rms_norm, 328, 0, false},
-                        {Input::rms_norm, 2560, 0, true},  {Input::gated_rms_norm, 4096, 128, false},
-                        {Input::gated_rms_norm, 192, 64, false}, {Input::sigmoid_gate, 1032, 0, false}};
+  const Case cases[] = {{Input::gated_rms_norm, 4096, 128}, {Input::gated_rms_norm, 192, 64},
+                        {Input::sigmoid_gate, 1032, 0}, {Input::plain, 328, 0}};
   const int64_t N = 77;
   for (const Case& c : cases) {
-    const TestWeight w = random_weight(N, c.K, rng_), up = random_weight(N, c.K, rng_);
-    const int64_t norm_width = c.input == Input::gated_rms_norm ? c.group : c.K;
-    const auto norm_w = random_bf16_values(size_t(norm_width), rng_, 0.5f);
+    const TestWeight w = random_weight(N, c.K, rng_);
+    const auto norm_w = random_bf16_values(size_t(std::max<int64_t>(c.group, 8)), rng_, 0.5f);
     cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
     for (int64_t M : {int64_t(1), int64_t(5), int64_t(16)}) {
-      SCOPED_TRACE("input " + std::to_string(int(c.input)) + " K " + std::to_string(c.K) + " M " +
-                   std::to_string(M) + (c.swiglu ? " swiglu" : ""));
+      SCOPED_TRACE("input " + std::to_string(int(c.input)) + " K " + std::to_string(c.K) + " M " + std::to_string(M));
       const auto x = random_bf16_values(size_t(M * c.K), rng_, 2.0f);
       const auto gate = random_bf16_values(x.size(), rng_, 3.0f);
       const auto residual = random_bf16_values(size_t(M * N), rng_, 2.0f);
       auto dx = device_bf16(x), dgate = device_bf16(gate), dres = device_bf16(residual);
       // The op on its own, by its kernel.
       auto op_out = poisoned_bf16(x.size());
-      if (c.input == Input::rms_norm) {
-        kernels::RmsNormParams n{.x = dx.data(), .weight = dnorm.data(), .out = op_out.data(), .rows = M,
-                                 .dim = c.K, .eps = 1e-6f, .zero_centred = true};
-        ASSERT_EQ(kernels::launch_rms_norm(n, stream_), cudaSuccess);
-      } else if (c.input == Input::gated_rms_norm) {
+      if (c.input == Input::gated_rms_norm) {
         kernels::GatedRmsNormParams n{.x = dx.data(), .z = dgate.data(), .weight = dnorm.data(), .out = op_out.data(),
                                       .rows = M * c.K / c.group, .dim = c.group, .eps = 1e-6f};
         ASSERT_EQ(kernels::launch_gated_rms_norm(n, stream_), cudaSuccess);
-      } else {
+      } else if (c.input == Input::sigmoid_gate) {
         ASSERT_EQ(kernels::launch_sigmoid_gate(dx.data(), dgate.data(), M * c.K, op_out.data(), stream_), cudaSuccess);
+      } else {
+        DI_CUDA_CHECK(cudaMemcpyAsync(op_out.data(), dx.data(), x.size() * 2, cudaMemcpyDeviceToDevice, stream_));
       }
-      // Then the plain projection (and the add), against the fused launch.
+      // Then the plain projection and the add, against the fused launches.
       auto plain = poisoned_bf16(size_t(M * N)), fused = poisoned_bf16(size_t(M * N));
       kernels::SmallBatchLinearParams p{.x = op_out.data(), .rows = M, .in_features = c.K, .num_outputs = 1};
       p.outputs[0] = {w.device.data(), plain.data(), N};
-      if (c.swiglu) {
-        p.epilogue = kernels::SmallBatchEpilogue::swiglu;
-        p.num_outputs = 2;
-        p.outputs[1] = {up.device.data(), nullptr, N};
-      }
-      ASSERT_EQ(kernels::small_batch_linear_error(p), "");
       ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
       auto plain_sum = poisoned_bf16(size_t(M * N));
-      if (!c.swiglu)
-        ASSERT_EQ(kernels::launch_add(dres.data(), plain.data(), M * N, plain_sum.data(), stream_), cudaSuccess);
+      ASSERT_EQ(kernels::launch_add(dres.data(), plain.data(), M * N, plain_sum.data(), stream_), cudaSuccess);
 
       p.x = dx.data();
       p.input = c.input;
-      p.norm_weight = c.input == Input::sigmoid_gate ? nullptr : dnorm.data();
-      p.gate = c.input == Input::rms_norm ? nullptr : dgate.data();
+      p.norm_weight = c.input == Input::gated_rms_norm ? dnorm.data() : nullptr;
+      p.gate = c.input == Input::plain ? nullptr : dgate.data();
       p.group = c.group;
       p.eps = 1e-6f;
       p.outputs[0].out = fused.data();
       ASSERT_EQ(kernels::small_batch_linear_error(p), "");
       ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
       auto fused_sum = poisoned_bf16(size_t(M * N));
-      if (!c.swiglu) {
-        p.residual = dres.data();
-        p.outputs[0].out = fused_sum.data();
-        ASSERT_EQ(kernels::small_batch_linear_error(p), "");
-        ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
-      }
+      p.residual = dres.data();
+      p.outputs[0].out = fused_sum.data();
+      ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
       sync();
       EXPECT_EQ(fused.download(), plain.download());
-      if (!c.swiglu) EXPECT_EQ(fused_sum.download(), plain_sum.download());
+      EXPECT_EQ(fused_sum.download(), plain_sum.download());
+    }
+  }
+}
+
+// A residual projection leaves its rows' partial sums of squares, and the next projection applies the
+// RMS norm from them: x1 = r + h W1^T (the add kernel's bits), then y = RMSNorm1p(x1) W2^T (and the
+// SwiGLU pair) against the reference norm and GEMM. The norm's factor is summed in another order than
+// the norm kernel's, so a normalised input may differ by a rounding flip: the GEMM tolerance covers
+// it. Both row forms (one and two input tiles), an odd width, M = 1..16.
+TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t K1 = 520, N2 = 45;
+  for (int64_t H : {int64_t(2560), int64_t(328)}) {
+    const TestWeight w1 = random_weight(H, K1, rng_), w2 = random_weight(N2, H, rng_), w3 = random_weight(N2, H, rng_);
+    const auto norm_w = random_bf16_values(size_t(H), rng_, 0.3f);
+    cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
+    for (int64_t M : {int64_t(1), int64_t(3), int64_t(8), int64_t(11), int64_t(16)}) {
+      SCOPED_TRACE("H " + std::to_string(H) + " M " + std::to_string(M));
+      const auto h = random_bf16_values(size_t(M * K1), rng_, 1.0f);
+      const auto r = random_bf16_values(size_t(M * H), rng_, 2.0f);
+      auto dh = device_bf16(h), dr = device_bf16(r);
+      auto x1 = poisoned_bf16(size_t(M * H)), plain = poisoned_bf16(size_t(M * H)), plain_x1 = poisoned_bf16(size_t(M * H));
+      const int64_t parts = kernels::small_batch_sum_sq_parts(H);
+      cuda::DeviceBuffer<float> sum_sq(size_t(M * parts));
+      sum_sq.fill_bytes(0xFF);
+      kernels::SmallBatchLinearParams p1{.x = dh.data(), .rows = M, .in_features = K1, .num_outputs = 1};
+      p1.outputs[0] = {w1.device.data(), plain.data(), H};
+      ASSERT_EQ(kernels::launch_small_batch_linear(p1, stream_), cudaSuccess);
+      ASSERT_EQ(kernels::launch_add(dr.data(), plain.data(), M * H, plain_x1.data(), stream_), cudaSuccess);
+      p1.outputs[0].out = x1.data();
+      p1.residual = dr.data();
+      p1.out_sum_sq = sum_sq.data();
+      ASSERT_EQ(kernels::small_batch_linear_error(p1), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p1, stream_), cudaSuccess);
+
+      auto y = poisoned_bf16(size_t(M * N2)), act = poisoned_bf16(size_t(M * N2));
+      kernels::SmallBatchLinearParams p2{.x = x1.data(), .rows = M, .in_features = H, .num_outputs = 1,
+                                         .input = kernels::SmallBatchInput::rms_norm, .norm_weight = dnorm.data(),
+                                         .eps = 1e-6f, .input_sum_sq = sum_sq.data(), .input_sum_sq_parts = parts};
+      p2.outputs[0] = {w2.device.data(), y.data(), N2};
+      ASSERT_EQ(kernels::small_batch_linear_error(p2), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p2, stream_), cudaSuccess);
+      p2.epilogue = kernels::SmallBatchEpilogue::swiglu;
+      p2.num_outputs = 2;
+      p2.outputs[0] = {w2.device.data(), act.data(), N2};
+      p2.outputs[1] = {w3.device.data(), nullptr, N2};
+      ASSERT_EQ(kernels::small_batch_linear_error(p2), "");
+      ASSERT_EQ(kernels::launch_small_batch_linear(p2, stream_), cudaSuccess);
+      sync();
+
+      const std::vector<uint16_t> x1_bits = x1.download();
+      ASSERT_EQ(x1_bits, plain_x1.download());
+      const std::vector<float> x1_host = host_floats(x1);
+      const std::vector<float> sums = sum_sq.download();
+      for (int64_t m = 0; m < M; ++m) {
+        double want = 0, got = 0;
+        for (int64_t k = 0; k < H; ++k) want += double(x1_host[size_t(m * H + k)]) * x1_host[size_t(m * H + k)];
+        for (int64_t j = 0; j < parts; ++j) got += sums[size_t(m * parts + j)];
+        EXPECT_NEAR(got, want, 1e-5 * want) << "row " << m << "'s sum of squares";
+      }
+      std::vector<float> normed(x1_host.size()), expected(size_t(M * N2)), g(expected.size()), u(expected.size());
+      ref::rms_norm(x1_host.data(), M, H, host_view(norm_w), 1e-6, normed.data(), Precision::bf16);
+      ref::linear(normed.data(), M, H, w2.view(), expected.data(), Precision::bf16);
+      EXPECT_TRUE(all_close(host_floats(y), expected, gemm_tolerance(H), "normed projection"));
+      ref::linear(normed.data(), M, H, w3.view(), u.data(), Precision::bf16);
+      ref::swiglu(expected.data(), u.data(), M * N2, g.data(), Precision::bf16);
+      EXPECT_TRUE(all_close(host_floats(act), g, gemm_tolerance(H), "normed swiglu"));
     }
   }
 }

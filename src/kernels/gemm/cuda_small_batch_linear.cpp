@@ -32,6 +32,8 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
     return "swiglu takes a plain or RMS-normed input";
   const bool norm = p.input == Input::rms_norm || p.input == Input::gated_rms_norm;
   if (norm && (!p.norm_weight || !aligned16(p.norm_weight))) return "the norm weight is null or not 16-byte aligned";
+  if (p.input == Input::rms_norm && (!p.input_sum_sq || p.input_sum_sq_parts <= 0))
+    return "an RMS-normed input needs its rows' partial sums of squares";
   const bool gated = p.input == Input::gated_rms_norm || p.input == Input::sigmoid_gate;
   if (gated && (!p.gate || !aligned16(p.gate))) return "the gate is null or not 16-byte aligned";
   if (p.input == Input::gated_rms_norm) {
@@ -44,6 +46,7 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   }
   if (p.residual && (p.epilogue != SmallBatchEpilogue::bf16 || p.num_outputs != 1))
     return "a residual is added to one bf16 output only";
+  if (p.out_sum_sq && !p.residual) return "sums of squares are written for a residual output only";
   return "";
 }
 

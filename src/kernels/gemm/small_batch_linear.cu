@@ -41,31 +41,41 @@ __device__ __forceinline__ void mma_step(float (&c)[kFragment], const uint4& row
   mma_bf16(c, row_g.z, row_g8.z, row_g.w, row_g8.w, x.z, x.w);
 }
 
-// The per-row (and per-group) 1 / rms factors of a norm applied on the way in, into `scale`, reduced
-// in the order of the norm kernels (kernels/norm/norm_rows.cuh), so the values are theirs bit for
-// bit. Every thread of the block must call it.
+// The per-row (rms_norm) or per-group (gated_rms_norm) 1 / rms factors of a norm applied on the
+// way in, into `scale`. Every thread of the block must call it.
 template <SmallBatchInput kInput>
 __device__ __forceinline__ void input_scales(const SmallBatchLinearParams& p, float* scale) {
-  const bf16* x = static_cast<const bf16*>(p.x);
   const int64_t K = p.in_features;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if constexpr (kInput == SmallBatchInput::rms_norm) {
-    if (K > kNormWarpRowMax) {
-      for (int64_t m = 0; m < p.rows; ++m) {
-        const float s = block_row_inv_rms(x + m * K, K, p.eps);
-        if (threadIdx.x == 0) scale[m] = s;
-      }
-    } else {
-      for (int64_t m = warp; m < p.rows; m += blockDim.x / 32) {
-        const float s = warp_row_inv_rms(x + m * K, K, p.eps, lane);
-        if (lane == 0) scale[m] = s;
-      }
+    // A warp per row adds the row's partial sums (a fixed order: the factor does not depend on M).
+    for (int64_t m = warp; m < p.rows; m += kWarps) {
+      const float* parts = p.input_sum_sq + m * p.input_sum_sq_parts;
+      float sum = 0.0f;
+      for (int64_t j = lane; j < p.input_sum_sq_parts; j += 32) sum += parts[j];
+      sum = warp_sum(sum);
+      if (lane == 0) scale[m] = inv_rms(sum, K, p.eps);
     }
   } else if constexpr (kInput == SmallBatchInput::gated_rms_norm) {
-    const int64_t groups = K / p.group;
-    for (int64_t r = warp; r < p.rows * groups; r += blockDim.x / 32) {  // r = m * groups + group
-      const float s = warp_row_inv_rms(x + r * p.group, p.group, p.eps, lane);
-      if (lane == 0) scale[r] = s;
+    // A warp per group, reduced as the gated norm kernel reduces (kernels/norm/norm_rows.cuh), so the
+    // values are its values bit for bit; four groups at a time, so their loads are in flight together.
+    constexpr int kBatch = 4;
+    const bf16* x = static_cast<const bf16*>(p.x);
+    const int64_t groups = p.rows * (K / p.group);
+    for (int64_t r0 = int64_t(warp) * kBatch; r0 < groups; r0 += kWarps * kBatch) {
+      float sum[kBatch] = {};
+      for (int64_t i = lane; i < p.group; i += 32)
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+          if (r0 + u < groups) {
+            const float v = to_f32(x[(r0 + u) * p.group + i]);
+            sum[u] += v * v;
+          }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float s = inv_rms(warp_sum(sum[u]), p.group, p.eps);
+        if (lane == 0 && r0 + u < groups) scale[r0 + u] = s;
+      }
     }
   }
   __syncthreads();
@@ -239,13 +249,15 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
       for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
   __syncthreads();
   const int t = threadIdx.x;
-  if (t >= 32 * kFragment) return;
   // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2
   // of the input tile.
   const int l = t / kFragment, i = t % kFragment;
-  const int64_t n = tile.row0 + l / 4 + (i >= 2 ? 8 : 0);
+  const int n_in_tile = l / 4 + (i >= 2 ? 8 : 0);
+  const int64_t n = tile.row0 + n_in_tile;
+  __shared__ float squares[kInputTiles * 8][kTileRows];  // out_sum_sq: [row][feature of the tile]
 #pragma unroll
   for (int c = 0; c < kInputTiles; ++c) {
+    if (t >= 32 * kFragment) break;
     float sum[kWeights];
 #pragma unroll
     for (int j = 0; j < kWeights; ++j) {
@@ -254,17 +266,30 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
       for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][c][w][t];
     }
     const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
-    if (m >= p.rows || n >= N) continue;
+    const bool in = m < p.rows && n < N;
     const int64_t at = m * N + n;
     if constexpr (kWeights == 2) {
       const float gate = round_bf16(sum[0]), up = round_bf16(sum[1]);
-      static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
+      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
     } else if (p.epilogue == SmallBatchEpilogue::f32) {
-      static_cast<float*>(tile.out)[at] = sum[0];
+      if (in) static_cast<float*>(tile.out)[at] = sum[0];
     } else if (p.residual != nullptr) {  // rounded, then added as the add kernel adds
-      static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(sum[0]) + to_f32(static_cast<const bf16*>(p.residual)[at]));
+      const float y = in ? round_bf16(round_bf16(sum[0]) + to_f32(static_cast<const bf16*>(p.residual)[at])) : 0.0f;
+      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(y);
+      squares[m][n_in_tile] = y * y;
     } else {
-      static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+    }
+  }
+  if constexpr (kWeights == 1) {
+    if (p.out_sum_sq == nullptr) return;  // the same for the whole block
+    __syncthreads();
+    // One partial sum per row over the tile's 16 features, in feature order.
+    if (t < kInputTiles * 8 && t < p.rows) {
+      float sq = 0.0f;
+#pragma unroll
+      for (int f = 0; f < kTileRows; ++f) sq += squares[t][f];
+      p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
     }
   }
 }

@@ -32,7 +32,8 @@ enum class SmallBatchEpilogue {
 // kernels/elementwise) followed by the plain projection.
 enum class SmallBatchInput {
   plain,           // x
-  rms_norm,        // bf16(x * s_m * (1 + w_k)), s_m = 1 / rms(x_m) over K (zero-centred RMSNorm)
+  rms_norm,        // bf16(x * s_m * (1 + w_k)), s_m = 1 / rms(x_m) over K (zero-centred RMSNorm),
+                   // from the sums of squares the projection that wrote x left (out_sum_sq)
   gated_rms_norm,  // bf16(bf16(w_j * bf16(x * s_mh)) * silu(gate)), s_mh over each group of
                    // `group` features (a value head), j the index within the group
   sigmoid_gate,    // bf16(x * bf16(sigmoid(gate)))
@@ -59,9 +60,20 @@ struct SmallBatchLinearParams {
   const void* gate = nullptr;          // gated_rms_norm, sigmoid_gate: bf16 [M, K]
   int64_t group = 0;                   // gated_rms_norm: a multiple of 8 that divides K
   float eps = 1e-6f;
+  // rms_norm: each row's sum of squares as partial sums [M, input_sum_sq_parts], added in order.
+  const float* input_sum_sq = nullptr;
+  int64_t input_sum_sq_parts = 0;
+
   // bf16 epilogue with one output: bf16 [M, N] added to the rounded result (the residual stream).
   const void* residual = nullptr;
+  // With a residual, optional: float32 [M, ceil(N / 16)], each output row's sum of squares over
+  // each 16 features, for the projection that normalises this output next (its input_sum_sq). Every
+  // block computes the norm's factor from these few partial sums rather than from the whole row.
+  float* out_sum_sq = nullptr;
 };
+
+// Partial sums of squares per row that a residual projection of N features writes.
+inline int64_t small_batch_sum_sq_parts(int64_t features) { return (features + 15) / 16; }
 
 // Why the kernel cannot run these parameters, or "" when it can (the caller then uses the general
 // GEMM, which serves every shape).
