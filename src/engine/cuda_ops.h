@@ -127,7 +127,8 @@ class CudaOps final : public Ops {
   std::vector<Tensor> project(const ProjectionInput& in, const std::vector<const TensorView*>& weights, DType out,
                               const Tensor* residual = nullptr);
   // The input as the small-batch kernel can take it: its op, or computed on its own where the kernel
-  // cannot apply it (an RMS norm of rows whose sums of squares no residual projection left).
+  // cannot apply it (more rows than it takes, rows too wide to stage, an RMS norm of rows whose sums
+  // of squares no residual projection left).
   ProjectionInput fusable(const ProjectionInput& in);
   // The small-batch kernel's parameters for a fusable input (its op included).
   kernels::SmallBatchLinearParams small_batch_params(const ProjectionInput& in, const char* what) const;

@@ -3,6 +3,7 @@
 // outputs. Attention, the GDN delta rule and sampling have test files of their own.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -366,6 +367,14 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.norm_weight = sums;
       },
       "needs its rows' partial sums of squares");
+  refused(
+      [](P& p) {
+        p.input = kernels::SmallBatchInput::sigmoid_gate;
+        p.gate = x;
+        p.rows = 16;
+        p.in_features = 8192;
+      },
+      "16 rows of 8192 features to stage");
   refused([](P& p) { p.out_sum_sq = const_cast<float*>(sums); },
           "sums of squares are written for a residual output only");
   refused([](P& p) { p.input = kernels::SmallBatchInput::sigmoid_gate; }, "gate is null");
@@ -459,11 +468,27 @@ TEST_F(KernelTest, SmallBatchLinearInputOpsEqualTheirKernels) {
   }
 }
 
+// A row's sum of squares from its partial sums, added as the kernel's warp adds them: lane l takes
+// parts l, l + 32, ... in order, then a xor-shuffle tree.
+float warp_order_sum(const float* parts, int64_t n) {
+  std::array<float, 32> lane{};
+  for (int l = 0; l < 32; ++l)
+    for (int64_t j = l; j < n; j += 32) lane[size_t(l)] += parts[j];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    std::array<float, 32> next{};
+    for (int l = 0; l < 32; ++l) next[size_t(l)] = lane[size_t(l)] + lane[size_t(l ^ offset)];
+    lane = next;
+  }
+  return lane[0];
+}
+
 // A residual projection leaves its rows' partial sums of squares, and the next projection applies the
 // RMS norm from them: x1 = r + h W1^T (the add kernel's bits), then y = RMSNorm1p(x1) W2^T (and the
-// SwiGLU pair) against the reference norm and GEMM. The norm's factor is summed in another order than
-// the norm kernel's, so a normalised input may differ by a rounding flip: the GEMM tolerance covers
-// it. Both row forms (one and two input tiles), an odd width, M = 1..16.
+// SwiGLU pair). The partial sums are checked against the float64 sum of squares; the normalised
+// input is rebuilt on the host from them (the kernel's factor, in its order) and the projections
+// checked against the reference GEMM of it. (The norm kernel sums a row in another order, so its
+// factor may differ by an ulp, and a normalised value by a rounding flip.) Both row forms (one and
+// two input tiles), an odd width, M = 1..16.
 TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t K1 = 520, N2 = 45;
@@ -516,7 +541,11 @@ TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
         EXPECT_NEAR(got, want, 1e-5 * want) << "row " << m << "'s sum of squares";
       }
       std::vector<float> normed(x1_host.size()), expected(size_t(M * N2)), g(expected.size()), u(expected.size());
-      ref::rms_norm(x1_host.data(), M, H, host_view(norm_w), 1e-6, normed.data(), Precision::bf16);
+      for (int64_t m = 0; m < M; ++m) {
+        const float s = 1.0f / std::sqrt(warp_order_sum(sums.data() + m * parts, parts) / float(H) + 1e-6f);
+        for (int64_t k = 0; k < H; ++k)
+          normed[size_t(m * H + k)] = round_bf16(x1_host[size_t(m * H + k)] * s * (1.0f + norm_w[size_t(k)]));
+      }
       ref::linear(normed.data(), M, H, w2.view(), expected.data(), Precision::bf16);
       EXPECT_TRUE(all_close(host_floats(y), expected, gemm_tolerance(H), "normed projection"));
       ref::linear(normed.data(), M, H, w3.view(), u.data(), Precision::bf16);

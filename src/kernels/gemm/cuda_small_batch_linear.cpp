@@ -47,6 +47,9 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (p.residual && (p.epilogue != SmallBatchEpilogue::bf16 || p.num_outputs != 1))
     return "a residual is added to one bf16 output only";
   if (p.out_sum_sq && !p.residual) return "sums of squares are written for a residual output only";
+  if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
+    return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
+                       kMaxSmallBatchStagingBytes);
   return "";
 }
 

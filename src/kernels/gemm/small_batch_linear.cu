@@ -202,41 +202,44 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   load_weights(first);
   wait_for_prior_grid();
   allow_dependent_grid();
-  constexpr bool kNorm = kInput == SmallBatchInput::rms_norm || kInput == SmallBatchInput::gated_rms_norm;
-  __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
-                                                                    : SmallBatchLinearParams::kMaxRows];
-  if constexpr (kNorm) input_scales<kInput>(p, scale);
+  // An input op is applied once per block: the rows, as the op makes them, staged in shared memory,
+  // from which the steps below read them (each row padded by 16 bytes, so the 8 rows an mma reads lie
+  // in different banks).
+  extern __shared__ uint4 staged[];
+  const int64_t row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
+  if constexpr (kInput != SmallBatchInput::plain) {
+    __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
+                                                                      : SmallBatchLinearParams::kMaxRows];
+    input_scales<kInput>(p, scale);
+    const int64_t chunks = p.rows * (K / 8);
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
+      const int64_t m = c / (K / 8), k8 = c % (K / 8);
+      staged[m * row_chunks + k8] = load_input<kInput>(p, m, 8 * k8, scale);
+    }
+    __syncthreads();
+  }
   for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
     if (s0 != first) load_weights(s0);
-    if constexpr (kInput == SmallBatchInput::plain) {
-      uint4 x[kUnroll][kInputTiles];
+    uint4 x[kUnroll][kInputTiles];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = (s0 + u) * kStepK + 8 * q;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = (s0 + u) * kStepK + 8 * q;
 #pragma unroll
-        for (int c = 0; c < kInputTiles; ++c)
-          x[u][c] = s0 + u < last && k < K && has_x[c] ? load_input<kInput>(p, 8 * c + g, k, scale) : zero;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-        for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-          for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
-    } else {
-      // An input op's temporaries live for one step at a time (they would not fit beside the
-      // weights in flight for all of them).
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = (s0 + u) * kStepK + 8 * q;
-#pragma unroll
-        for (int c = 0; c < kInputTiles; ++c) {
-          const uint4 x = s0 + u < last && k < K && has_x[c] ? load_input<kInput>(p, 8 * c + g, k, scale) : zero;
-#pragma unroll
-          for (int j = 0; j < kWeights; ++j) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x);
-        }
+      for (int c = 0; c < kInputTiles; ++c) {
+        const bool in = s0 + u < last && k < K && has_x[c];
+        if constexpr (kInput == SmallBatchInput::plain)
+          x[u][c] = in ? load_input<kInput>(p, 8 * c + g, k, nullptr) : zero;
+        else
+          x[u][c] = in ? staged[(8 * c + g) * row_chunks + k / 8] : zero;
       }
     }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+        for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
   }
 
   // The warps' partial sums, added in warp order (a fixed order: the result is deterministic).
@@ -324,12 +327,18 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   // ahead finishes.
   const dim3 grid{unsigned(blocks)}, block{kWarps * 32};
   const bool two_tiles = p.rows > 8;
-  if (p.epilogue == SmallBatchEpilogue::swiglu) {
-    SmallBatchLinearParams pair = p;
-    pair.num_outputs = 1;  // find_tile walks the gate's tiles; the up weight is outputs[1]
-    return launch_early(pick_kernel<2>(p.input, two_tiles), grid, block, 0, stream, pair);
+  const size_t smem = small_batch_staging_bytes(p);
+  SmallBatchLinearParams launched = p;
+  if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
+                                                                             // the up weight is outputs[1]
+  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles)
+                                                                  : pick_kernel<1>(p.input, two_tiles);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(kMaxSmallBatchStagingBytes));
+    if (e != cudaSuccess) return e;
   }
-  return launch_early(pick_kernel<1>(p.input, two_tiles), grid, block, 0, stream, p);
+  return launch_early(kernel, grid, block, smem, stream, launched);
 }
 
 }  // namespace di::kernels

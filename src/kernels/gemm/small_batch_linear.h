@@ -15,6 +15,7 @@
 // on M nor on the other rows, so a sequence's result is the same alone and batched.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -74,6 +75,14 @@ struct SmallBatchLinearParams {
 
 // Partial sums of squares per row that a residual projection of N features writes.
 inline int64_t small_batch_sum_sq_parts(int64_t features) { return (features + 15) / 16; }
+
+// The shared memory a launch stages its input rows in (an input op's rows), at most
+// kMaxSmallBatchStagingBytes.
+constexpr size_t kMaxSmallBatchStagingBytes = 96 * 1024;
+inline size_t small_batch_staging_bytes(const SmallBatchLinearParams& p) {
+  if (p.input == SmallBatchInput::plain) return 0;
+  return size_t(p.rows) * size_t(p.in_features / 8 + 1) * 16;  // a row of 16-byte chunks and one of padding
+}
 
 // Why the kernel cannot run these parameters, or "" when it can (the caller then uses the general
 // GEMM, which serves every shape).
