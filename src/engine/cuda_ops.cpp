@@ -945,15 +945,37 @@ void CudaOps::split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q
                "split_q_gate");
 }
 
+void CudaOps::attention_qk_norm(const Tensor& q_and_gate, const Tensor& k_proj, const TensorView& q_norm,
+                                const TensorView& k_norm, double eps, int64_t head_dim, Tensor& q, Tensor& gate,
+                                Tensor& k) {
+  check_cuda_tensor(q_and_gate, DType::bf16, "attention_qk_norm input");
+  check_cuda_tensor(k_proj, DType::bf16, "attention_qk_norm input");
+  const int64_t width = q_and_gate.dim(-1), N = q_and_gate.numel() / width, Hq = width / (2 * head_dim);
+  const int64_t Hkv = k_proj.numel() / (N * head_dim);
+  DI_CHECK(Hq * 2 * head_dim == width, "attention_qk_norm: width {} is not heads x 2 x {}", width, head_dim);
+  DI_CHECK(Hkv * N * head_dim == k_proj.numel(), "attention_qk_norm: k {} is not {} tokens of heads of {}",
+           shape_str(k_proj.shape()), N, head_dim);
+  DI_CHECK(q_norm.numel() == head_dim && k_norm.numel() == head_dim,
+           "attention_qk_norm: norm weights of {} and {} elements for heads of {}", q_norm.numel(), k_norm.numel(),
+           head_dim);
+  q = new_tensor({N * Hq, head_dim}, DType::bf16);
+  gate = new_tensor({N, Hq * head_dim}, DType::bf16);
+  k = new_tensor({N * Hkv, head_dim}, DType::bf16);
+  kernels::AttentionQkNormParams p{.q_and_gate = q_and_gate.data(), .k = k_proj.data(),
+                                   .q_weight = device_param_f32(q_norm, "q_norm"),
+                                   .k_weight = device_param_f32(k_norm, "k_norm"), .q_out = q.data(),
+                                   .gate_out = gate.data(), .k_out = k.data(), .tokens = N, .q_heads = Hq,
+                                   .k_heads = Hkv, .head_dim = head_dim, .eps = float(eps)};
+  check_launch(kernels::launch_attention_qk_norm(p, stream()), "attention_qk_norm");
+}
+
 void CudaOps::rope(Tensor& q, Tensor& k, const BatchPlan& plan, int64_t head_dim, int64_t rotary_dim, double theta) {
   check_step(plan, "rope");
   const int64_t N = plan.n_tokens();
-  for (Tensor* x : {&q, &k}) {
-    kernels::RopeParams p{.x = x->data(), .positions = step_->positions, .tokens = N,
-                          .heads = x->numel() / (N * head_dim), .head_dim = head_dim, .rotary_dim = rotary_dim,
-                          .theta = float(theta)};
-    check_launch(kernels::launch_rope(p, stream()), "rope");
-  }
+  kernels::RopeParams p{.x = q.data(), .positions = step_->positions, .tokens = N,
+                        .heads = q.numel() / (N * head_dim), .x2 = k.data(), .heads2 = k.numel() / (N * head_dim),
+                        .head_dim = head_dim, .rotary_dim = rotary_dim, .theta = float(theta)};
+  check_launch(kernels::launch_rope(p, stream()), "rope");
 }
 
 Tensor CudaOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, const BatchPlan& plan,

@@ -82,6 +82,9 @@ class CudaOps final : public Ops {
   Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) override;
 
   void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) override;
+  void attention_qk_norm(const Tensor& q_and_gate, const Tensor& k_proj, const TensorView& q_norm,
+                         const TensorView& k_norm, double eps, int64_t head_dim, Tensor& q, Tensor& gate,
+                         Tensor& k) override;
   void rope(Tensor& q, Tensor& k, const BatchPlan& plan, int64_t head_dim, int64_t rotary_dim,
             double theta) override;
   Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const BatchPlan& plan,

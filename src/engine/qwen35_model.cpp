@@ -69,13 +69,11 @@ Qwen35Model::OutputProjection Qwen35Model::attention_mixer(int64_t layer, const 
                                                            const ProjectionInput& h, const BatchPlan& plan,
                                                            Ops& ops) const {
   const ModelConfig& c = config_;
-  const int64_t D = c.head_dim, N = plan.n_tokens();
+  const int64_t D = c.head_dim;
   const std::string name = fmt::format("layers.{}.attn.", layer);
   const std::vector<Tensor> in = ops.linear_projections(h, {&A.q_proj, &A.k_proj, &A.v_proj});
-  Tensor q, gate;
-  ops.split_q_gate(in[0], D, q, gate);                                       // per head [q | gate]  [N, Hq*D] each
-  q = ops.rms_norm(q.reshaped({N * c.num_attention_heads, D}), A.q_norm, c.rms_norm_eps);
-  Tensor k = ops.rms_norm(in[1].reshaped({N * c.num_kv_heads, D}), A.k_norm, c.rms_norm_eps);
+  Tensor q, gate, k;  // q_proj's rows hold per head [q | gate]; q and k are RMSNorm1p-ed per head of D
+  ops.attention_qk_norm(in[0], in[1], A.q_norm, A.k_norm, c.rms_norm_eps, D, q, gate, k);
   trace(name + "q_norm", q);
   trace(name + "k_norm", k);
   const Tensor& v = in[2];                                                   //                      [N, Hkv*D]

@@ -153,6 +153,17 @@ class Ops {
   // --- Gated full attention -----------------------------------------------------------------
   // q_proj output [N, Hq*2*D] (per head [q | gate]) -> q [N, Hq*D], gate [N, Hq*D]
   virtual void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) = 0;
+  // q_proj's output split per head into q and gate, and q and k RMSNorm1p-ed per head (weights of
+  // head_dim): q [N * Hq, D], gate [N, Hq * D], k [N * Hkv, D]. One op, so that an implementation
+  // can do it in one pass.
+  virtual void attention_qk_norm(const Tensor& q_and_gate, const Tensor& k_proj, const TensorView& q_norm,
+                                 const TensorView& k_norm, double eps, int64_t head_dim, Tensor& q, Tensor& gate,
+                                 Tensor& k) {
+    split_q_gate(q_and_gate, head_dim, q, gate);
+    const int64_t q_rows = q.numel() / head_dim, k_rows = k_proj.numel() / head_dim;
+    q = rms_norm(q.reshaped({q_rows, head_dim}), q_norm, eps);
+    k = rms_norm(k_proj.reshaped({k_rows, head_dim}), k_norm, eps);
+  }
   // Rotary embedding on the first rotary_dim dims of each head (NeoX halves), in place of q and k.
   virtual void rope(Tensor& q, Tensor& k, const BatchPlan& plan, int64_t head_dim, int64_t rotary_dim,
                     double theta) = 0;

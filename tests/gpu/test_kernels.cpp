@@ -109,6 +109,53 @@ TEST_F(KernelTest, RopeMatchesReference) {
   }
 }
 
+// The attention's q/gate split with its per-head q and k norms, and the rotation of q and k in one
+// launch: the bits of the split kernel, the norm kernel and one rope launch per tensor.
+TEST_F(KernelTest, AttentionQkNormAndRopeEqualTheSeparateKernels) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const int64_t Hq = 6, Hkv = 2, D = 96, rotary = 32;
+  const auto qw = random_bf16_values(size_t(D), rng_, 0.3f), kw = random_bf16_values(size_t(D), rng_, 0.3f);
+  cuda::DeviceBuffer<float> dqw{std::span<const float>(qw)}, dkw{std::span<const float>(kw)};
+  for (int64_t N : {int64_t(1), int64_t(7), int64_t(65)}) {
+    SCOPED_TRACE("tokens " + std::to_string(N));
+    const auto qg = random_bf16_values(size_t(N * Hq * 2 * D), rng_, 3.0f);
+    const auto k = random_bf16_values(size_t(N * Hkv * D), rng_, 3.0f);
+    std::vector<int32_t> pos(static_cast<size_t>(N));
+    std::uniform_int_distribution<int32_t> any_pos(0, 100000);
+    for (auto& p : pos) p = any_pos(rng_);
+    auto dqg = device_bf16(qg), dk = device_bf16(k);
+    cuda::DeviceBuffer<int32_t> dpos{std::span<const int32_t>(pos)};
+    auto q1 = poisoned_bf16(size_t(N * Hq * D)), g1 = poisoned_bf16(size_t(N * Hq * D)), k1 = poisoned_bf16(k.size());
+    kernels::AttentionQkNormParams fused{.q_and_gate = dqg.data(), .k = dk.data(), .q_weight = dqw.data(),
+                                         .k_weight = dkw.data(), .q_out = q1.data(), .gate_out = g1.data(),
+                                         .k_out = k1.data(), .tokens = N, .q_heads = Hq, .k_heads = Hkv,
+                                         .head_dim = D, .eps = 1e-6f};
+    ASSERT_EQ(kernels::launch_attention_qk_norm(fused, stream_), cudaSuccess);
+    kernels::RopeParams both{.x = q1.data(), .positions = dpos.data(), .tokens = N, .heads = Hq, .x2 = k1.data(),
+                             .heads2 = Hkv, .head_dim = D, .rotary_dim = rotary, .theta = 10000000.0f};
+    ASSERT_EQ(kernels::launch_rope(both, stream_), cudaSuccess);
+
+    auto q_raw = poisoned_bf16(size_t(N * Hq * D)), g2 = poisoned_bf16(size_t(N * Hq * D));
+    auto q2 = poisoned_bf16(size_t(N * Hq * D)), k2 = poisoned_bf16(k.size());
+    ASSERT_EQ(kernels::launch_split_q_gate(dqg.data(), N, Hq, D, q_raw.data(), g2.data(), stream_), cudaSuccess);
+    kernels::RmsNormParams qn{.x = q_raw.data(), .weight = dqw.data(), .out = q2.data(), .rows = N * Hq, .dim = D,
+                              .eps = 1e-6f, .zero_centred = true};
+    kernels::RmsNormParams kn{.x = dk.data(), .weight = dkw.data(), .out = k2.data(), .rows = N * Hkv, .dim = D,
+                              .eps = 1e-6f, .zero_centred = true};
+    ASSERT_EQ(kernels::launch_rms_norm(qn, stream_), cudaSuccess);
+    ASSERT_EQ(kernels::launch_rms_norm(kn, stream_), cudaSuccess);
+    for (auto [x, heads] : {std::pair{q2.data(), Hq}, std::pair{k2.data(), Hkv}}) {
+      kernels::RopeParams one{.x = x, .positions = dpos.data(), .tokens = N, .heads = heads, .head_dim = D,
+                              .rotary_dim = rotary, .theta = 10000000.0f};
+      ASSERT_EQ(kernels::launch_rope(one, stream_), cudaSuccess);
+    }
+    sync();
+    EXPECT_EQ(q1.download(), q2.download());
+    EXPECT_EQ(g1.download(), g2.download());
+    EXPECT_EQ(k1.download(), k2.download());
+  }
+}
+
 TEST_F(KernelTest, ElementwiseOpsMatchReference) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(65537)}) {

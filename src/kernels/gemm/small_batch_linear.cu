@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/gemm/small_batch_linear.h"
 #include "kernels/norm/norm_rows.cuh"
@@ -315,6 +319,19 @@ Kernel pick_kernel(SmallBatchInput input, bool two_tiles) {
   return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles);
 }
 
+// Static and dynamic shared memory together may pass 48 KB only where the kernel allows it: raised
+// once per kernel to the most any launch stages.
+cudaError_t allow_staging(Kernel kernel) {
+  static std::mutex mutex;
+  static std::vector<Kernel> allowed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (std::find(allowed.begin(), allowed.end(), kernel) != allowed.end()) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmallBatchStagingBytes));
+  if (e == cudaSuccess) allowed.push_back(kernel);
+  return e;
+}
+
 }  // namespace
 
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
@@ -333,9 +350,8 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
                                                                              // the up weight is outputs[1]
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles)
                                                                   : pick_kernel<1>(p.input, two_tiles);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(kMaxSmallBatchStagingBytes));
+  if (smem > 0) {
+    const cudaError_t e = allow_staging(kernel);
     if (e != cudaSuccess) return e;
   }
   return launch_early(kernel, grid, block, smem, stream, launched);

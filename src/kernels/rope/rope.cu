@@ -5,7 +5,7 @@ namespace di::kernels {
 
 namespace {
 
-// One block per token; each thread owns one rotation pair (i, i + half) of one head.
+// One block per token; each thread owns one rotation pair (i, i + half) of one head (of x, then of x2).
 __global__ void rope_kernel(RopeParams p) {
   wait_for_prior_grid();
   allow_dependent_grid();
@@ -13,13 +13,14 @@ __global__ void rope_kernel(RopeParams p) {
   const int64_t half = p.rotary_dim / 2;
   const float pos = float(p.positions[t]);
   bf16* x = static_cast<bf16*>(p.x) + t * p.heads * p.head_dim;
-  for (int64_t j = threadIdx.x; j < p.heads * half; j += blockDim.x) {
+  bf16* x2 = static_cast<bf16*>(p.x2) + t * p.heads2 * p.head_dim;
+  for (int64_t j = threadIdx.x; j < (p.heads + p.heads2) * half; j += blockDim.x) {
     const int64_t h = j / half, i = j % half;
     // inv_freq = 1 / theta^(2i / rotary_dim) in float32, as transformers computes it.
     const float inv_freq = 1.0f / powf(p.theta, float(2 * i) / float(p.rotary_dim));
     const float angle = pos * inv_freq;
     const float c = round_bf16(cosf(angle)), s = round_bf16(sinf(angle));
-    bf16* v = x + h * p.head_dim;
+    bf16* v = h < p.heads ? x + h * p.head_dim : x2 + (h - p.heads) * p.head_dim;
     const float a = to_f32(v[i]), b = to_f32(v[i + half]);
     v[i] = to_bf16(round_bf16(a * c) + round_bf16(-b * s));
     v[i + half] = to_bf16(round_bf16(b * c) + round_bf16(a * s));
@@ -30,7 +31,7 @@ __global__ void rope_kernel(RopeParams p) {
 
 cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
   if (p.tokens < 0 || p.heads <= 0 || p.rotary_dim <= 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim ||
-      !p.x || !p.positions)
+      !p.x || !p.positions || p.heads2 < 0 || (p.heads2 > 0 && !p.x2))
     return cudaErrorInvalidValue;
   if (p.tokens == 0) return cudaSuccess;
   return launch_early(rope_kernel, dim3(unsigned(p.tokens)), dim3(256), 0, stream, p);

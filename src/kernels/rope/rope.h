@@ -12,6 +12,9 @@ struct RopeParams {
   const int32_t* positions; // int32 [tokens]
   int64_t tokens = 0;
   int64_t heads = 0;
+  // Optional: a second tensor of the same tokens rotated in the same launch (k beside q).
+  void* x2 = nullptr;       // bf16 [tokens, heads2, head_dim]
+  int64_t heads2 = 0;
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;   // the first rotary_dim dims of each head rotate; even, <= head_dim
   float theta = 10000.0f;
