@@ -5,9 +5,8 @@
 // bytes = num_seqs * Hv * 128 KiB (e.g. 256 MiB for 64 sequences x 32 heads, ~56 us at 4.8 TB/s).
 // FLOP: ~6 K V per (sequence, head) (two K-reductions, the decay and the rank-1 update), ~100 KFLOP.
 //
-// Design. A CTA of 64 threads (2 warps) owns (sequence, value head, a quarter of the V columns), so
-// that one sequence's 32 heads already spread over 128 CTAs (a decode step of batch 1 is latency
-// bound: the more SMs pull the state at once, the sooner it is in); each warp owns 16 columns and each thread 4 columns x 16 key rows of the state, held in registers between
+// Design. A CTA of 128 threads (4 warps) owns (sequence, value head, half of the V columns); each warp
+// owns 16 columns and each thread 4 columns x 16 key rows of the state, held in registers between
 // the load and the store (64 floats). The thread's 16 x 4 block is chosen per layout so that every
 // load and store is a float4 and a warp instruction touches whole 32-byte sectors:
 //   [K, V] (V contiguous): lane % 4 -> column quad, lane / 4 -> key rows lane/4 + 8 j (j < 16);
@@ -34,10 +33,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kHeadDim = 128;  // K == V
-constexpr int kThreads = 64;
+constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColsPerWarp = 16;
-constexpr int kColsPerCta = kWarps * kColsPerWarp;  // 32
+constexpr int kColsPerCta = kWarps * kColsPerWarp;  // 64
 constexpr int kCtasPerHead = kHeadDim / kColsPerCta;
 constexpr int kKeysPerThread = 16;
 constexpr float kNormEps = 1e-6f;
