@@ -732,7 +732,7 @@ std::vector<Tensor> CudaOps::project(const ProjectionInput& input, const std::ve
   for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
     p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
   Tensor sum_sq;
-  if (residual != nullptr) {
+  if (residual != nullptr && rows <= kernels::SmallBatchLinearParams::kMaxRows) {
     p.residual = residual->data();
     sum_sq = new_tensor({rows, kernels::small_batch_sum_sq_parts(weights[0]->dim(0))}, DType::f32);
     p.out_sum_sq = sum_sq.as<float>();
