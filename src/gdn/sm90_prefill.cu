@@ -10,40 +10,44 @@
 //   S      = exp(G_last) S0 + Kᵀ · W,   W = diag(exp(G_last - G)) Vnew
 // with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as row and column scalings.
 //
-// Design. One CTA of two warpgroups owns (sequence, value head, half of the 128 value columns).
-//   The auxiliary warpgroup runs one chunk ahead, and issues the loads (cp.async) of Q, K, V and
-//   the gates one chunk further ahead. It computes the gates and inverse norms, the Gram products
-//   Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (CUDA cores, register-tiled) and
-//   Tinv as bf16 hi + lo operands, into one of two stages, and signals the stage full (named
-//   barriers; it waits for the stage to be empty first).
-//   The state warpgroup keeps the [128, 64] f32 state slice in wgmma accumulators (two m64n64
-//   tiles, 64 registers per thread) for the whole sequence, reads it once and writes it once, and
-//   per chunk runs only what depends on the state:
+// Design. One CTA of three warpgroups owns (sequence, value head).
+//   The auxiliary warpgroup (the third) runs one chunk ahead. It computes the gates and inverse
+//   norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (CUDA
+//   cores, register-tiled) and Tinv as bf16 hi + lo operands, into one of two stages, and signals
+//   the stage full (named barriers; it waits for the stage to be empty first). It does this once per
+//   head: both value halves read the same stage.
+//   Two state warpgroups each keep a [128, 64] f32 slice of the state (value columns 64 w .. 64 w +
+//   63 for warpgroup w) in wgmma accumulators (two m64n64 tiles, 64 registers per thread) for the
+//   whole sequence, read it once and write it once, and per chunk run only what depends on the state:
 //     K S, Q S  64 x 64 x 128, both
 //     Vnew      Tinv X as hi/lo products   64 x 64 x 64 (three)
 //     output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
 //     state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
-//   Shared memory 222,720 bytes (three input slots of 41,472, two stages of 26,112; S, X, the f32
-//   inverse): one CTA per SM.
+//   The inputs (Q, K, V, the raw gates) are loaded by the state warpgroups two chunks ahead, into the
+//   input slot they have just finished with (cp.async, counted by an mbarrier the auxiliary
+//   warpgroup waits on), so the load overlaps the rest of the auxiliary warpgroup's chunk.
+//   Shared memory 222,336 bytes (two input slots of 49,664, two stages of 26,112; two S operands, two
+//   X, the f32 inverse): one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
 // input, exact. S (for K S, Q S) and P are single bf16: with everything else single, splitting S
 // changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
-// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split (16 KiB more) no longer
-// fits beside the three input slots, and it would double K S and Q S on the state warpgroup's chain.
+// splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split would double K S and Q S
+// on the state warpgroups' chain.
 // Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh. Those the
-// state warpgroup makes from its accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
+// state warpgroups make from their accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
 // the rows) are stored as they lie, bf16 pairs, and read MN-major; Kᵀ for the state update is the
-// stage's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside its
-// chunk the state warpgroup reuses the input slot's V and the stage's Tinv regions for X's and
-// Vnew's low parts and W's. No atomics, no scratch, no host synchronisation.
+// input slot's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside
+// its chunk a state warpgroup reuses regions whose readers are done: its half of V for X's low part,
+// then (once both warpgroups' Vnew products have read Tinv and their Q S products Q) its half of Q
+// and one of the stage's Tinv tiles for Vnew's and W's parts. No atomics, no scratch, no host
+// synchronisation.
 //
-// FLOP per chunk and CTA (tensor cores): gram 2.10 M (auxiliary), K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M,
-// state 2.10 M: 8.9 MFLOP; per value head (2 CTAs) 17.8 MFLOP against the fused ideal of 10.5 MFLOP
-// (GDN_KERNELS.md 9.1): the two column halves each compute the Gram matrices and the inverse, and the
-// hi/lo splits add 5.2 MFLOP per head.
+// FLOP per chunk and value head (tensor cores): gram 2.10 M (auxiliary), then per state warpgroup
+// K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP against the fused ideal of
+// 10.5 MFLOP (GDN_KERNELS.md 9.1); the hi/lo splits add 5.2 MFLOP.
 #include "gdn/sm90_prefill.h"
 
 #include <cuda_bf16.h>
@@ -62,34 +66,32 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace wg = kernels::wgmma;
 using kernels::cp_async_16;
-using kernels::cp_async_commit;
-using kernels::cp_async_wait_all;
 
 constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
-constexpr int kTileV = 64;             // value columns per CTA
-constexpr int kTilesPerHead = kHeadDim / kTileV;
+constexpr int kTileV = 64;             // value columns per state warpgroup
+constexpr int kStateGroups = kHeadDim / kTileV;
 constexpr int kWarpgroup = 128;        // threads of one warpgroup
-constexpr int kThreads = 2 * kWarpgroup;  // warpgroup 0: state; warpgroup 1: auxiliary (one chunk ahead)
+constexpr int kStateThreads = kStateGroups * kWarpgroup;
+constexpr int kThreads = kStateThreads + kWarpgroup;  // warpgroups 0, 1: state; 2: auxiliary
 constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Tinv matrix
 
 // Shared memory (byte offsets; every region 128-byte aligned). Chunk c's inputs (Q, K, V and the raw
-// gates, cp.async) land in input slot c % 3, issued by the auxiliary warpgroup while it prepares
-// chunk c - 1, so their latency hides behind that work; its gate-side products go to stage c % 2. The
-// state warpgroup reads both and, inside its chunk, reuses the slot's V and the stage's Tinv regions
-// for its own operands.
+// gates, cp.async) land in input slot c % 2, issued by the state warpgroups when they are done with
+// chunk c - 2; its gate-side products go to stage c % 2. The state warpgroups read both and, inside
+// their chunk, reuse parts of them for their own operands.
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
-constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of the tile, row-major [64][64]
+constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of one value half, [64][64]
 constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // S bf16: [128 keys][64 values], read MN-major
 constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
 constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
-constexpr int kInputSlots = 3, kStages = 2;
+constexpr int kInputSlots = 2, kStages = 2;
 // One input slot.
 constexpr size_t kInQ = 0;
 constexpr size_t kInK = kInQ + kQkBytes;
-constexpr size_t kInV = kInK + kQkBytes;
-constexpr size_t kInGates = kInV + kVBytes;  // raw g, raw beta (zeros past the chunk)
+constexpr size_t kInV = kInK + kQkBytes;                  // one [64][64] tile per value half
+constexpr size_t kInGates = kInV + kStateGroups * kVBytes;  // raw g, raw beta (zeros past the chunk)
 constexpr size_t kInputBytes = kInGates + 2 * kVecBytes;
 // One stage.
 constexpr size_t kStP = 0;
@@ -100,25 +102,43 @@ constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 // The whole block.
 constexpr size_t kOffInput = 0;
 constexpr size_t kOffStage = kOffInput + kInputSlots * kInputBytes;
-constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;
-constexpr size_t kOffX = kOffSt + kStateOpBytes;
-constexpr size_t kOffInv = kOffX + kMatOpBytes;
+constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;  // per state warpgroup
+constexpr size_t kOffX = kOffSt + kStateGroups * kStateOpBytes;  // per state warpgroup
+constexpr size_t kOffInv = kOffX + kStateGroups * kMatOpBytes;
 constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
-constexpr size_t kSmemBytes = kOffScratch + 1024 * sizeof(float);
-static_assert(kSmemBytes == 222720, "the shared memory budget the header comment documents");
+constexpr size_t kOffBarriers = kOffScratch + 1024 * sizeof(float);  // per input slot: its loads landed
+constexpr size_t kSmemBytes = kOffBarriers + 128;
+static_assert(kSmemBytes == 222336, "the shared memory budget the header comment documents");
 static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0,
               "aligned regions");
 
 // Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
-// and "empty" (the state warpgroup is done with it); one per warpgroup for its own steps.
-constexpr int kBarFull0 = 1, kBarEmpty0 = 3, kBarState = 5, kBarAux = 6;
-using StateSync = NamedSync<kBarState, kWarpgroup>;
+// and "empty" (the state warpgroups are done with it), over all three warpgroups; one per warpgroup
+// for its own steps; one for the two state warpgroups.
+constexpr int kBarFull0 = 1, kBarEmpty0 = 3, kBarState0 = 5, kBarAux = 7, kBarStatePair = 8;
 using AuxSync = NamedSync<kBarAux, kWarpgroup>;
+using StatePairSync = NamedSync<kBarStatePair, kStateThreads>;
 __device__ __forceinline__ void bar_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
 __device__ __forceinline__ void bar_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+// Registers per thread: the launch gives each warpgroup 168; the auxiliary warpgroup gives some back
+// to the state warpgroups, which hold the state, K S, Q S and the products' accumulators at once.
+constexpr int kStateRegisters = 184, kAuxRegisters = 144;
+static_assert(kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <= 65536, "the register file");
+template <int n>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(n));
+}
+template <int n>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(n));
+}
+// State warpgroup w's own barrier.
+__device__ __forceinline__ void state_sync(int w) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(kBarState0 + w), "n"(kWarpgroup) : "memory");
 }
 
 __device__ __forceinline__ uint32_t u32_at(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
@@ -203,43 +223,33 @@ struct Stage {
   }
 };
 
-// The loads (cp.async) of one chunk's inputs into its slot, in three parts that the auxiliary
-// warpgroup issues at three points of the previous chunk's work (a burst of all twenty 16-byte copies
-// per thread stalls on the load queue): Q; K; V and g, beta (thread t < 64 row t of g, t >= 64 row
-// t - 64 of beta; zeros past len), then the commit of the chunk's group.
-struct ChunkLoads {
-  const di_gdn_prefill_args& args;
-  Stage st;
-  int64_t t0;
-  int len, head, key_head, v0, t;
-  bool active;  // false past the last chunk: nothing to load
-  __device__ __forceinline__ void issue(int part) const {
-    if (!active) return;
-    const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-    if (part == 0) {
-      load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
-    } else if (part == 1) {
-      load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
-    } else {
-      load_v_async(st.v, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
-      const int r = t % kChunk;
-      const float* src = t < kChunk ? args.g : args.beta;
-      const bool valid = r < len;
-      kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
-                          valid ? 4 : 0);
-      cp_async_commit();
-    }
+// The loads (cp.async) of one chunk's inputs into its slot, by the two state warpgroups (thread t of
+// warpgroup w): warpgroup 0 loads Q and the raw gates (thread t < 64 row t of g, t >= 64 row t - 64
+// of beta; zeros past len), warpgroup 1 loads K, each its half of V; then each thread's arrival on the
+// slot's barrier, which completes when all 256 threads' copies have landed.
+__device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const Stage& st, uint64_t* landed,
+                                                 int64_t t0, int len, int head, int key_head, int w, int t) {
+  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
+  if (w == 0) {
+    load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
+    const int r = t % kChunk;
+    const float* src = t < kChunk ? args.g : args.beta;
+    const bool valid = r < len;
+    kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
+                        valid ? 4 : 0);
+  } else {
+    load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
   }
-};
+  load_v_async(st.v + w * kVBytes, static_cast<const bf16*>(args.v), t0, len, Hv, head, w * kTileV, t);
+  kernels::cp_async_arrive(landed);
+}
 
 // The auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
-// f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma. Issues the next
-// chunk's loads on the way.
+// f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage& st, float* inv_s,
-                                              float* scratch, int len, int t, const ChunkLoads& next) {
+                                              float* scratch, int len, int t) {
   const wg::Fragment frag(t);
-  next.issue(0);
   if (t < 32)
     chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
                 st.beta, st.exp_G, st.tail);
@@ -269,7 +279,6 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   }
   wg::fence_async_shared();  // the cp.async-written tiles, before wgmma reads them
   AuxSync::sync();
-  next.issue(1);
 
   // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L in f32 for the inverse.
   {
@@ -279,7 +288,6 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::mma_m64n64<kHeadDim>(qk, st.q, st.k, false);
     wg::mma_m64n64<kHeadDim>(kk, st.k, st.k, false);
     wg::wgmma_commit();
-    next.issue(2);
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
     // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. A warp's
@@ -347,17 +355,14 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* const st_s = smem + kOffSt;
-  unsigned char* const x_s = smem + kOffX;
   float* const inv_s = reinterpret_cast<float*>(smem + kOffInv);  // [64][kInvStride]
   float* const scratch = reinterpret_cast<float*>(smem + kOffScratch);
+  uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + kOffBarriers);  // per input slot
 
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  const int tile = int(blockIdx.x % kTilesPerHead);
-  const int head = int((blockIdx.x / kTilesPerHead) % Hv);
-  const int seq = int(blockIdx.x / (uint32_t(kTilesPerHead) * uint32_t(Hv)));
+  const int head = int(blockIdx.x % uint32_t(Hv));
+  const int seq = int(blockIdx.x / uint32_t(Hv));
   const int key_head = head / (Hv / Hk);
-  const int v0 = tile * kTileV;
   const int64_t seq_begin = args.cu_seqlens[seq];
   const int64_t seq_len = args.cu_seqlens[seq + 1] - seq_begin;
   const int num_chunks = int((seq_len + kChunk - 1) / kChunk);
@@ -366,33 +371,40 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     return int(remaining < kChunk ? remaining : kChunk);
   };
 
-  if (threadIdx.x >= kWarpgroup) {
-    // ---- The auxiliary warpgroup: one chunk ahead, two stages; the inputs one more chunk ahead.
-    const int t = int(threadIdx.x) - kWarpgroup;
-    auto loads = [&](int chunk) {
-      return ChunkLoads{args, Stage(smem, chunk), seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head,
-                        key_head, v0, t, chunk < num_chunks};
-    };
-    const ChunkLoads first = loads(0);
-    for (int part = 0; part < 3; ++part) first.issue(part);
+  if (threadIdx.x == 0)
+    for (int slot = 0; slot < kInputSlots; ++slot) kernels::mbarrier_init(landed + slot, kStateThreads);
+  __syncthreads();
+
+  if (threadIdx.x >= kStateThreads) {
+    // ---- The auxiliary warpgroup: one chunk ahead, two stages.
+    release_registers<kAuxRegisters>();
+    const int t = int(threadIdx.x) - kStateThreads;
     for (int chunk = 0; chunk < num_chunks; ++chunk) {
-      // The state warpgroup is done with chunk - 2: its stage, and its input slot, which chunk + 1 takes.
+      // The state warpgroups are done with chunk - 2's stage.
       if (chunk >= 2) bar_sync(kBarEmpty0 + (chunk & 1));
-      cp_async_wait_all();  // this chunk's inputs (the only group in flight)
-      AuxSync::sync();
-      prepare_chunk(args, Stage(smem, chunk), inv_s, scratch, chunk_len(chunk), t, loads(chunk + 1));
+      kernels::mbarrier_wait(landed + chunk % kInputSlots, uint32_t(chunk / kInputSlots) & 1);
+      prepare_chunk(args, Stage(smem, chunk), inv_s, scratch, chunk_len(chunk), t);
       bar_arrive(kBarFull0 + (chunk & 1));
     }
     return;
   }
 
-  // ---- The state warpgroup.
-  const int tid = int(threadIdx.x);
+  // ---- State warpgroup w: value columns v0 .. v0 + 63.
+  claim_registers<kStateRegisters>();
+  const int w = int(threadIdx.x) / kWarpgroup, tid = int(threadIdx.x) % kWarpgroup;
+  const int v0 = w * kTileV;
+  unsigned char* const st_s = smem + kOffSt + w * kStateOpBytes;
+  unsigned char* const x_s = smem + kOffX + w * kMatOpBytes;
   const wg::Fragment frag(tid);
   bf16* const out = static_cast<bf16*>(args.out);
   const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
   const int64_t state_base = (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
   const bool kv_layout = args.state_layout == DI_GDN_STATE_KV;
+  auto load_chunk = [&](int chunk) {
+    load_chunk_async(args, Stage(smem, chunk), landed + chunk % kInputSlots, seq_begin + int64_t(chunk) * kChunk,
+                     chunk_len(chunk), head, key_head, w, tid);
+  };
+  for (int chunk = 0; chunk < kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
 
   // The state slice in accumulator form: state[half][i] = S[64 half + row(i)][v0 + col(i)].
   float state[2][32];
@@ -415,11 +427,12 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
   }
   write_state_operand(state, st_s, frag);
   wg::fence_async_shared();
-  StateSync::sync();
+  state_sync(w);
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int b = chunk & 1;
     const Stage st(smem, chunk);
+    unsigned char* const v_s = st.v + w * kVBytes;  // this warpgroup's half of V, then X_lo and Vnew_lo
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
     bar_sync(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
@@ -436,28 +449,32 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     wg::fence_registers(ks), wg::fence_registers(qs);
 
     // X = diag(beta) (V - D diag(1/|k|) K S) as a [tokens][values] tile, split into bf16 hi (over x_s)
-    // + lo (over the stage's V, once every thread holds its V values); the output starts as
+    // + lo (over this half of V, once every thread holds its V values); the output starts as
     // scale D diag(1/|q|) Q S.
     {
       uint32_t v_pairs[16];
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(st.v + frag.direct_offset(i, kTileV));
-      StateSync::sync();  // every V read is done before V's region takes X's low part
+      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(v_s + frag.direct_offset(i, kTileV));
+      state_sync(w);  // every V read is done before V's region takes X's low part
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int r = frag.row(i);
         const float bt = st.beta[r], e = st.exp_G[r] * st.k_inv[r], o = args.scale * st.exp_G[r] * st.q_inv[r];
-        store_split_pair(x_s, st.v, frag.direct_offset(i, kTileV), bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
+        store_split_pair(x_s, v_s, frag.direct_offset(i, kTileV), bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
                          bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1]));
         qs[i] *= o, qs[i + 1] *= o;
       }
     }
     wg::fence_async_shared();
-    StateSync::sync();
+    state_sync(w);
 
     // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below f32
-    // rounding). Then Vnew as hi (over Tinv_hi) + lo (over X_lo), and W = diag(exp(G_last - G) / |k|)
-    // Vnew as hi (over X_hi) + lo (over Tinv_lo) for the state, all [tokens][values] tiles.
+    // rounding). Then, once both warpgroups' products have read Tinv (and their Q S products Q), Vnew
+    // as hi (over this half of Q) + lo (over X_lo), and W = diag(exp(G_last - G) / |k|) Vnew as hi
+    // (over X_hi) + lo (over Tinv's hi tile for warpgroup 0, its lo tile for warpgroup 1), all
+    // [tokens][values] tiles.
+    unsigned char* const vnew_hi = st.q + w * kMatOpBytes;
+    unsigned char* const w_lo = w == 0 ? st.t_hi : st.t_lo;
     {
       float vnew[32];
       zero(vnew);
@@ -465,25 +482,25 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
       wg::wgmma_fence();
       wg::mma<kChunk>(vnew, t_hi, wg::mn_major(x_s, kTileV), false);
       wg::mma<kChunk>(vnew, wg::k_major(st.t_lo, kChunk), wg::mn_major(x_s, kTileV), true);
-      wg::mma<kChunk>(vnew, t_hi, wg::mn_major(st.v, kTileV), true);
+      wg::mma<kChunk>(vnew, t_hi, wg::mn_major(v_s, kTileV), true);
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
       wg::fence_registers(vnew);
-      StateSync::sync();  // every warp's products have read X and Tinv
+      StatePairSync::sync();  // both warpgroups' products have read X, Tinv and Q
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int r = frag.row(i);
         const uint32_t at = frag.direct_offset(i, kTileV);
         const float w_scale = st.tail[r] * st.k_inv[r];
-        store_split_pair(st.t_hi, st.v, at, vnew[i], vnew[i + 1]);
-        store_split_pair(x_s, st.t_lo, at, w_scale * vnew[i], w_scale * vnew[i + 1]);
+        store_split_pair(vnew_hi, v_s, at, vnew[i], vnew[i + 1]);
+        store_split_pair(x_s, w_lo, at, w_scale * vnew[i], w_scale * vnew[i + 1]);
       }
     }
     wg::fence_async_shared();
-    StateSync::sync();
+    state_sync(w);
 
     // ---- output O = (scaled Q S) + P Vnew; state S = exp(G_last) S + Kᵀ W, Kᵀ read straight from the
-    // stage's K tile as an MN-major operand (keys 64 .. 127 from column 64 on).
+    // slot's K tile as an MN-major operand (keys 64 .. 127 from column 64 on).
     const float chunk_decay = st.exp_G[len - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
@@ -491,19 +508,22 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
       for (int i = 0; i < 32; ++i) state[half][i] *= chunk_decay;
     const auto p_op = wg::k_major(st.p, kChunk);
     const auto kt_lo = wg::mn_major(st.k, kHeadDim), kt_hi = wg::mn_major(st.k + wg::operand_offset(0, 64, kHeadDim), kHeadDim);
-    const auto w_hi = wg::mn_major(x_s, kTileV), w_lo = wg::mn_major(st.t_lo, kTileV);
+    const auto w_hi_op = wg::mn_major(x_s, kTileV), w_lo_op = wg::mn_major(w_lo, kTileV);
     wg::wgmma_fence();
-    wg::mma<kChunk>(qs, p_op, wg::mn_major(st.t_hi, kTileV), true);  // P Vnew_hi
-    wg::mma<kChunk>(qs, p_op, wg::mn_major(st.v, kTileV), true);     // P Vnew_lo
-    wg::mma<kChunk>(state[0], kt_lo, w_hi, true);                    // Kᵀ W_hi
-    wg::mma<kChunk>(state[1], kt_hi, w_hi, true);
-    wg::mma<kChunk>(state[0], kt_lo, w_lo, true);                    // Kᵀ W_lo
-    wg::mma<kChunk>(state[1], kt_hi, w_lo, true);
+    wg::mma<kChunk>(qs, p_op, wg::mn_major(vnew_hi, kTileV), true);  // P Vnew_hi
+    wg::mma<kChunk>(qs, p_op, wg::mn_major(v_s, kTileV), true);      // P Vnew_lo
+    wg::mma<kChunk>(state[0], kt_lo, w_hi_op, true);                 // Kᵀ W_hi
+    wg::mma<kChunk>(state[1], kt_hi, w_hi_op, true);
+    wg::mma<kChunk>(state[0], kt_lo, w_lo_op, true);                 // Kᵀ W_lo
+    wg::mma<kChunk>(state[1], kt_hi, w_lo_op, true);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
-    StateSync::sync();  // every warp's products are done with the stage and S
-    if (chunk + 2 < num_chunks) bar_arrive(kBarEmpty0 + b);  // the stage may take chunk + 2
+    StatePairSync::sync();  // both warpgroups' products are done with the stage and the input slot
+    if (chunk + 2 < num_chunks) {
+      bar_arrive(kBarEmpty0 + b);  // the stage may take chunk + 2
+      load_chunk(chunk + 2);       // and so may the input slot
+    }
 
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
@@ -515,7 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     if (chunk + 1 < num_chunks) {
       write_state_operand(state, st_s, frag);
       wg::fence_async_shared();
-      StateSync::sync();
+      state_sync(w);
     }
   }
 
@@ -570,7 +590,7 @@ int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratc
     return DI_GDN_INVALID_ARGUMENT;
   if (check_geometry("sm90", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
   if (a.num_seqs == 0) return DI_GDN_OK;
-  const int64_t ctas = int64_t(a.num_seqs) * g.num_v_heads * kTilesPerHead;
+  const int64_t ctas = int64_t(a.num_seqs) * g.num_v_heads;
   if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
 
   di_gdn_device info{};

@@ -51,6 +51,34 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
+// A shared-memory barrier (mbarrier, sm_80+) whose phase completes after `count` arrivals: here, the
+// completion of the cp.async copies of `count` threads, so that threads other than the copying ones
+// can wait for the data. Initialised by one thread, then a block-wide barrier before any use.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(at), "r"(count) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued before has landed (the arrival the
+// barrier's count expects: no pending count is added).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(at) : "memory");
+}
+// Waits until the barrier's phase of the given parity (0 for its 1st, 3rd, ... completion, 1 for its
+// 2nd, 4th, ...) has completed; the copies it counted are then visible to this thread.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "waiting:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra waiting;\n"
+      "}\n" ::"r"(at),
+      "r"(parity)
+      : "memory");
+}
+
 // Precise expf/logf (no fast-math intrinsics), so values agree with the host reference to an ulp.
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
