@@ -124,10 +124,13 @@ __device__ __forceinline__ void bar_arrive(int id) {
 __device__ __forceinline__ void bar_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
-// Registers per thread: the launch gives each warpgroup 168; the auxiliary warpgroup gives some back
-// to the state warpgroups, which hold the state, K S, Q S and the products' accumulators at once.
-constexpr int kStateRegisters = 184, kAuxRegisters = 144;
-static_assert(kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <= 65536, "the register file");
+// Registers per thread: the launch gives every thread 168 (the most 384 threads can have, in steps of
+// 8), and a CTA can only move registers between its warpgroups: the auxiliary warpgroup gives some back
+// so the state warpgroups can hold the state, K S, Q S and the products' accumulators at once.
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+constexpr int kStateRegisters = 184, kAuxRegisters = 128;
+static_assert(kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <= kThreads * kLaunchRegisters,
+              "registers the CTA was launched with");
 template <int n>
 __device__ __forceinline__ void release_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(n));
