@@ -10,13 +10,14 @@
 //   S      = exp(G_last) S0 + Kᵀ · W,   W = diag(exp(G_last - G)) Vnew
 // with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as row and column scalings.
 //
-// Design. One CTA of three warpgroups owns (sequence, value head).
-//   The auxiliary warpgroup (the third) runs one chunk ahead. It computes the gates and inverse
+// Design. One CTA of three warpgroups owns (sequence, value head); when that leaves more than half
+// the SMs idle, one CTA of two warpgroups owns each half of the value columns (Config below).
+//   The auxiliary warpgroup (the last) runs one chunk ahead. It computes the gates and inverse
 //   norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (CUDA
 //   cores, register-tiled) and Tinv as bf16 hi + lo operands, into one of two stages, and signals
-//   the stage full (named barriers; it waits for the stage to be empty first). It does this once per
-//   head: both value halves read the same stage.
-//   Two state warpgroups each keep a [128, 64] f32 slice of the state (value columns 64 w .. 64 w +
+//   the stage full (named barriers; it waits for the stage to be empty first). In a whole-head CTA it
+//   does this once per head: both value halves read the same stage.
+//   Each state warpgroup keeps a [128, 64] f32 slice of the state (value columns 64 w .. 64 w +
 //   63 for warpgroup w) in wgmma accumulators (two m64n64 tiles, 64 registers per thread) for the
 //   whole sequence, read it once and write it once, and per chunk run only what depends on the state:
 //     K S, Q S  64 x 64 x 128, both
@@ -24,11 +25,12 @@
 //     output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
 //     state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
-//   The inputs (Q, K, V, the raw gates) are loaded by the state warpgroups two chunks ahead, into the
-//   input slot they have just finished with (cp.async, counted by an mbarrier the auxiliary
-//   warpgroup waits on), so the load overlaps the rest of the auxiliary warpgroup's chunk.
-//   Shared memory 222,336 bytes (two input slots of 49,664, two stages of 26,112; two S operands, two
-//   X, the f32 inverse): one CTA per SM.
+//   The inputs (Q, K, V, the raw gates) are loaded by the state warpgroups two (whole head) or three
+//   (half head) chunks ahead, into the input slot they have just finished with (cp.async, counted by
+//   an mbarrier the auxiliary warpgroup waits on), so the load overlaps the auxiliary warpgroup's work.
+//   Shared memory 222,336 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
+//   two S operands, two X, the f32 inverse), 222,848 for half a head (three input slots of 41,472):
+//   one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
@@ -40,14 +42,15 @@
 // state warpgroups make from their accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
 // the rows) are stored as they lie, bf16 pairs, and read MN-major; Kᵀ for the state update is the
 // input slot's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside
-// its chunk a state warpgroup reuses regions whose readers are done: its half of V for X's low part,
-// then (once both warpgroups' Vnew products have read Tinv and their Q S products Q) its half of Q
-// and one of the stage's Tinv tiles for Vnew's and W's parts. No atomics, no scratch, no host
+// its chunk a state warpgroup reuses regions whose readers are done: its tile of V for X's low part,
+// then (once every state warpgroup's Vnew products have read Tinv and its Q S products Q) its half of
+// Q and one of the stage's Tinv tiles for Vnew's and W's parts. No atomics, no scratch, no host
 // synchronisation.
 //
 // FLOP per chunk and value head (tensor cores): gram 2.10 M (auxiliary), then per state warpgroup
-// K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP against the fused ideal of
-// 10.5 MFLOP (GDN_KERNELS.md 9.1); the hi/lo splits add 5.2 MFLOP.
+// K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP for a whole-head CTA (17.8
+// with half-head CTAs, which each make the Gram products) against the fused ideal of 10.5 MFLOP
+// (GDN_KERNELS.md 9.1); the hi/lo splits add 5.2 MFLOP.
 #include "gdn/sm90_prefill.h"
 
 #include <cuda_bf16.h>
@@ -70,67 +73,84 @@ using kernels::cp_async_16;
 constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
 constexpr int kTileV = 64;             // value columns per state warpgroup
-constexpr int kStateGroups = kHeadDim / kTileV;
 constexpr int kWarpgroup = 128;        // threads of one warpgroup
-constexpr int kStateThreads = kStateGroups * kWarpgroup;
-constexpr int kThreads = kStateThreads + kWarpgroup;  // warpgroups 0, 1: state; 2: auxiliary
 constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Tinv matrix
 
-// Shared memory (byte offsets; every region 128-byte aligned). Chunk c's inputs (Q, K, V and the raw
-// gates, cp.async) land in input slot c % 2, issued by the state warpgroups when they are done with
-// chunk c - 2; its gate-side products go to stage c % 2. The state warpgroups read both and, inside
-// their chunk, reuse parts of them for their own operands.
+// Shared memory regions (every one 128-byte aligned).
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
-constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of one value half, [64][64]
+constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of one value tile, [64][64]
 constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // S bf16: [128 keys][64 values], read MN-major
 constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
 constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
-constexpr int kInputSlots = 2, kStages = 2;
-// One input slot.
-constexpr size_t kInQ = 0;
-constexpr size_t kInK = kInQ + kQkBytes;
-constexpr size_t kInV = kInK + kQkBytes;                  // one [64][64] tile per value half
-constexpr size_t kInGates = kInV + kStateGroups * kVBytes;  // raw g, raw beta (zeros past the chunk)
-constexpr size_t kInputBytes = kInGates + 2 * kVecBytes;
-// One stage.
+// One stage (the auxiliary warpgroup's products for one chunk).
+constexpr int kStages = 2;
 constexpr size_t kStP = 0;
 constexpr size_t kStTHi = kStP + kMatOpBytes;
 constexpr size_t kStTLo = kStTHi + kMatOpBytes;
 constexpr size_t kStVec = kStTLo + kMatOpBytes;  // G, beta, exp(G), tail, 1/|q|, 1/|k|
 constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
-// The whole block.
-constexpr size_t kOffInput = 0;
-constexpr size_t kOffStage = kOffInput + kInputSlots * kInputBytes;
-constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;  // per state warpgroup
-constexpr size_t kOffX = kOffSt + kStateGroups * kStateOpBytes;  // per state warpgroup
-constexpr size_t kOffInv = kOffX + kStateGroups * kMatOpBytes;
-constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
-constexpr size_t kOffBarriers = kOffScratch + 1024 * sizeof(float);  // per input slot: its loads landed
-constexpr size_t kSmemBytes = kOffBarriers + 128;
-static_assert(kSmemBytes == 222336, "the shared memory budget the header comment documents");
-static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0,
-              "aligned regions");
+
+// The two shapes of the kernel: a CTA of `groups` state warpgroups (each 64 value columns) and one
+// auxiliary warpgroup owns (sequence, value head, 64 x groups value columns).
+//   groups == 2: the whole head; the Gram products and the inverse are made once per head.
+//   groups == 1: half a head, twice the CTAs, each with a whole SM: for launches of fewer (sequence,
+//   head) pairs than half the SMs, where CTAs would otherwise be idle SMs.
+// Chunk c's inputs (Q, K, V and the raw gates, cp.async) land in input slot c % slots, issued by the
+// state warpgroups when they are done with chunk c - slots; its gate-side products go to stage c % 2.
+// The state warpgroups read both and, inside their chunk, reuse parts of them for their own operands.
+template <int groups>
+struct Config {
+  static constexpr int kGroups = groups;
+  static constexpr int kStateThreads = groups * kWarpgroup;
+  static constexpr int kThreads = kStateThreads + kWarpgroup;  // the auxiliary warpgroup last
+  static constexpr int kTilesPerHead = kHeadDim / (kTileV * groups);
+  static constexpr int kInputSlots = groups == 1 ? 3 : 2;     // as many as fit
+  // One input slot.
+  static constexpr size_t kInQ = 0;
+  static constexpr size_t kInK = kInQ + kQkBytes;
+  static constexpr size_t kInV = kInK + kQkBytes;           // one [64][64] tile per state warpgroup
+  static constexpr size_t kInGates = kInV + groups * kVBytes;  // raw g, raw beta (zeros past the chunk)
+  static constexpr size_t kInputBytes = kInGates + 2 * kVecBytes;
+  // The whole block.
+  static constexpr size_t kOffInput = 0;
+  static constexpr size_t kOffStage = kOffInput + kInputSlots * kInputBytes;
+  static constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;  // per state warpgroup
+  static constexpr size_t kOffX = kOffSt + groups * kStateOpBytes;     // per state warpgroup
+  static constexpr size_t kOffInv = kOffX + groups * kMatOpBytes;
+  static constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
+  static constexpr size_t kOffBarriers = kOffScratch + 1024 * sizeof(float);  // per input slot: its loads landed
+  static constexpr size_t kSmemBytes = kOffBarriers + 128;
+  static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0,
+                "aligned regions");
+  // Registers per thread: the launch gives every thread 65536 / threads (in steps of 8, at most 255),
+  // and a CTA can only move registers between its warpgroups. With two state warpgroups (168 each at
+  // launch) the auxiliary warpgroup gives some back, so that the state warpgroups can hold the state,
+  // K S, Q S and the products' accumulators at once; with one, each thread can have 255 already.
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8 > 255 ? 255 : 65536 / kThreads / 8 * 8;
+  static constexpr int kStateRegisters = groups == 2 ? 184 : 0, kAuxRegisters = groups == 2 ? 128 : 0;
+  static_assert(groups == 1 || kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <=
+                                   kThreads * kLaunchRegisters,
+                "registers the CTA was launched with");
+};
+using Head = Config<2>;
+using HalfHead = Config<1>;
+static_assert(Head::kSmemBytes == 222336 && HalfHead::kSmemBytes == 222848,
+              "the shared memory budgets the header comment documents");
 
 // Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
-// and "empty" (the state warpgroups are done with it), over all three warpgroups; one per warpgroup
-// for its own steps; one for the two state warpgroups.
-constexpr int kBarFull0 = 1, kBarEmpty0 = 3, kBarState0 = 5, kBarAux = 7, kBarStatePair = 8;
+// and "empty" (the state warpgroups are done with it), over the whole CTA; one per warpgroup for its
+// own steps; one over the state warpgroups.
+constexpr int kBarFull0 = 1, kBarEmpty0 = 3, kBarState0 = 5, kBarAux = 7, kBarStates = 8;
 using AuxSync = NamedSync<kBarAux, kWarpgroup>;
-using StatePairSync = NamedSync<kBarStatePair, kStateThreads>;
+template <typename C>
 __device__ __forceinline__ void bar_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(C::kThreads) : "memory");
 }
+template <typename C>
 __device__ __forceinline__ void bar_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(C::kThreads) : "memory");
 }
-// Registers per thread: the launch gives every thread 168 (the most 384 threads can have, in steps of
-// 8), and a CTA can only move registers between its warpgroups: the auxiliary warpgroup gives some back
-// so the state warpgroups can hold the state, K S, Q S and the products' accumulators at once.
-constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-constexpr int kStateRegisters = 184, kAuxRegisters = 128;
-static_assert(kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <= kThreads * kLaunchRegisters,
-              "registers the CTA was launched with");
 template <int n>
 __device__ __forceinline__ void release_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(n));
@@ -209,29 +229,33 @@ __device__ __forceinline__ void write_state_operand(const float (&state)[2][32],
 }
 
 // Chunk c's shared memory: its input slot and its stage.
+template <typename C>
 struct Stage {
   unsigned char *q, *k, *v, *p, *t_hi, *t_lo;
   float *g_raw, *beta_raw, *G, *beta, *exp_G, *tail, *q_inv, *k_inv;
   __device__ __forceinline__ Stage(unsigned char* smem, int chunk)
-      : q(input(smem, chunk) + kInQ), k(input(smem, chunk) + kInK), v(input(smem, chunk) + kInV),
+      : q(input(smem, chunk) + C::kInQ), k(input(smem, chunk) + C::kInK), v(input(smem, chunk) + C::kInV),
         p(stage(smem, chunk) + kStP), t_hi(stage(smem, chunk) + kStTHi), t_lo(stage(smem, chunk) + kStTLo),
-        g_raw(reinterpret_cast<float*>(input(smem, chunk) + kInGates)), beta_raw(g_raw + kChunk),
+        g_raw(reinterpret_cast<float*>(input(smem, chunk) + C::kInGates)), beta_raw(g_raw + kChunk),
         G(reinterpret_cast<float*>(stage(smem, chunk) + kStVec)), beta(G + kChunk), exp_G(beta + kChunk),
         tail(exp_G + kChunk), q_inv(tail + kChunk), k_inv(q_inv + kChunk) {}
   __device__ __forceinline__ static unsigned char* input(unsigned char* smem, int chunk) {
-    return smem + kOffInput + (chunk % kInputSlots) * kInputBytes;
+    return smem + C::kOffInput + (chunk % C::kInputSlots) * C::kInputBytes;
   }
   __device__ __forceinline__ static unsigned char* stage(unsigned char* smem, int chunk) {
-    return smem + kOffStage + (chunk % kStages) * kStageBytes;
+    return smem + C::kOffStage + (chunk % kStages) * kStageBytes;
   }
 };
 
-// The loads (cp.async) of one chunk's inputs into its slot, by the two state warpgroups (thread t of
-// warpgroup w): warpgroup 0 loads Q and the raw gates (thread t < 64 row t of g, t >= 64 row t - 64
-// of beta; zeros past len), warpgroup 1 loads K, each its half of V; then each thread's arrival on the
-// slot's barrier, which completes when all 256 threads' copies have landed.
-__device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const Stage& st, uint64_t* landed,
-                                                 int64_t t0, int len, int head, int key_head, int w, int t) {
+// The loads (cp.async) of one chunk's inputs into its slot, by the state warpgroups (thread t of
+// warpgroup w, whose value columns start at v0): warpgroup 0 loads Q and the raw gates (thread t < 64
+// row t of g, t >= 64 row t - 64 of beta; zeros past len), warpgroup 1 (warpgroup 0 when it is the
+// only one) K, each its tile of V; then each thread's arrival on the slot's barrier, which completes
+// when every state thread's copies have landed.
+template <typename C>
+__device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const Stage<C>& st,
+                                                 uint64_t* landed, int64_t t0, int len, int head, int key_head,
+                                                 int w, int v0, int t) {
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
   if (w == 0) {
     load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
@@ -240,17 +264,17 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
     const bool valid = r < len;
     kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
                         valid ? 4 : 0);
-  } else {
-    load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
   }
-  load_v_async(st.v + w * kVBytes, static_cast<const bf16*>(args.v), t0, len, Hv, head, w * kTileV, t);
+  if (w == C::kGroups - 1) load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
+  load_v_async(st.v + w * kVBytes, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
   kernels::cp_async_arrive(landed);
 }
 
 // The auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
 // f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
-__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage& st, float* inv_s,
+template <typename C>
+__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, float* inv_s,
                                               float* scratch, int len, int t) {
   const wg::Fragment frag(t);
   if (t < 32)
@@ -355,16 +379,18 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   AuxSync::sync();  // every read of the f32 inverse is done before the next chunk's L lands there
 }
 
-__global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args) {
+template <typename C>
+__global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
-  float* const inv_s = reinterpret_cast<float*>(smem + kOffInv);  // [64][kInvStride]
-  float* const scratch = reinterpret_cast<float*>(smem + kOffScratch);
-  uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + kOffBarriers);  // per input slot
+  float* const inv_s = reinterpret_cast<float*>(smem + C::kOffInv);  // [64][kInvStride]
+  float* const scratch = reinterpret_cast<float*>(smem + C::kOffScratch);
+  uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  const int head = int(blockIdx.x % uint32_t(Hv));
-  const int seq = int(blockIdx.x / uint32_t(Hv));
+  const int tile = int(blockIdx.x % uint32_t(C::kTilesPerHead));
+  const int head = int((blockIdx.x / uint32_t(C::kTilesPerHead)) % uint32_t(Hv));
+  const int seq = int(blockIdx.x / (uint32_t(C::kTilesPerHead) * uint32_t(Hv)));
   const int key_head = head / (Hv / Hk);
   const int64_t seq_begin = args.cu_seqlens[seq];
   const int64_t seq_len = args.cu_seqlens[seq + 1] - seq_begin;
@@ -375,39 +401,40 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
   };
 
   if (threadIdx.x == 0)
-    for (int slot = 0; slot < kInputSlots; ++slot) kernels::mbarrier_init(landed + slot, kStateThreads);
+    for (int slot = 0; slot < C::kInputSlots; ++slot) kernels::mbarrier_init(landed + slot, C::kStateThreads);
   __syncthreads();
 
-  if (threadIdx.x >= kStateThreads) {
+  if (threadIdx.x >= C::kStateThreads) {
     // ---- The auxiliary warpgroup: one chunk ahead, two stages.
-    release_registers<kAuxRegisters>();
-    const int t = int(threadIdx.x) - kStateThreads;
+    if constexpr (C::kAuxRegisters > 0) release_registers<C::kAuxRegisters>();
+    const int t = int(threadIdx.x) - C::kStateThreads;
     for (int chunk = 0; chunk < num_chunks; ++chunk) {
       // The state warpgroups are done with chunk - 2's stage.
-      if (chunk >= 2) bar_sync(kBarEmpty0 + (chunk & 1));
-      kernels::mbarrier_wait(landed + chunk % kInputSlots, uint32_t(chunk / kInputSlots) & 1);
-      prepare_chunk(args, Stage(smem, chunk), inv_s, scratch, chunk_len(chunk), t);
-      bar_arrive(kBarFull0 + (chunk & 1));
+      if (chunk >= 2) bar_sync<C>(kBarEmpty0 + (chunk & 1));
+      kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
+      prepare_chunk(args, Stage<C>(smem, chunk), inv_s, scratch, chunk_len(chunk), t);
+      bar_arrive<C>(kBarFull0 + (chunk & 1));
     }
     return;
   }
 
   // ---- State warpgroup w: value columns v0 .. v0 + 63.
-  claim_registers<kStateRegisters>();
+  if constexpr (C::kStateRegisters > 0) claim_registers<C::kStateRegisters>();
+  using StatesSync = NamedSync<kBarStates, C::kStateThreads>;
   const int w = int(threadIdx.x) / kWarpgroup, tid = int(threadIdx.x) % kWarpgroup;
-  const int v0 = w * kTileV;
-  unsigned char* const st_s = smem + kOffSt + w * kStateOpBytes;
-  unsigned char* const x_s = smem + kOffX + w * kMatOpBytes;
+  const int v0 = (tile * C::kGroups + w) * kTileV;
+  unsigned char* const st_s = smem + C::kOffSt + w * kStateOpBytes;
+  unsigned char* const x_s = smem + C::kOffX + w * kMatOpBytes;
   const wg::Fragment frag(tid);
   bf16* const out = static_cast<bf16*>(args.out);
   const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
   const int64_t state_base = (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
   const bool kv_layout = args.state_layout == DI_GDN_STATE_KV;
   auto load_chunk = [&](int chunk) {
-    load_chunk_async(args, Stage(smem, chunk), landed + chunk % kInputSlots, seq_begin + int64_t(chunk) * kChunk,
-                     chunk_len(chunk), head, key_head, w, tid);
+    load_chunk_async<C>(args, Stage<C>(smem, chunk), landed + chunk % C::kInputSlots,
+                        seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head, key_head, w, v0, tid);
   };
-  for (int chunk = 0; chunk < kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
+  for (int chunk = 0; chunk < C::kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
 
   // The state slice in accumulator form: state[half][i] = S[64 half + row(i)][v0 + col(i)].
   float state[2][32];
@@ -434,11 +461,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int b = chunk & 1;
-    const Stage st(smem, chunk);
-    unsigned char* const v_s = st.v + w * kVBytes;  // this warpgroup's half of V, then X_lo and Vnew_lo
+    const Stage<C> st(smem, chunk);
+    unsigned char* const v_s = st.v + w * kVBytes;  // this warpgroup's tile of V, then X_lo and Vnew_lo
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
-    bar_sync(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
+    bar_sync<C>(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
 
     // ---- K S and Q S (S read as the MN-major [keys][values] tile).
     float ks[32], qs[32];
@@ -472,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     state_sync(w);
 
     // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below f32
-    // rounding). Then, once both warpgroups' products have read Tinv (and their Q S products Q), Vnew
+    // rounding). Then, once every state warpgroup's products have read Tinv (and Q S Q), Vnew
     // as hi (over this half of Q) + lo (over X_lo), and W = diag(exp(G_last - G) / |k|) Vnew as hi
     // (over X_hi) + lo (over Tinv's hi tile for warpgroup 0, its lo tile for warpgroup 1), all
     // [tokens][values] tiles.
@@ -489,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
       wg::fence_registers(vnew);
-      StatePairSync::sync();  // both warpgroups' products have read X, Tinv and Q
+      StatesSync::sync();  // every state warpgroup's products have read X, Tinv and Q
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int r = frag.row(i);
@@ -522,11 +549,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
-    StatePairSync::sync();  // both warpgroups' products are done with the stage and the input slot
-    if (chunk + 2 < num_chunks) {
-      bar_arrive(kBarEmpty0 + b);  // the stage may take chunk + 2
-      load_chunk(chunk + 2);       // and so may the input slot
-    }
+    StatesSync::sync();  // every state warpgroup's products are done with the stage and the input slot
+    if (chunk + 2 < num_chunks) bar_arrive<C>(kBarEmpty0 + b);  // the stage may take chunk + 2
+    if (chunk + C::kInputSlots < num_chunks) load_chunk(chunk + C::kInputSlots);  // the slot its next chunk
 
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
@@ -562,6 +587,17 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_sm90_prefill_kernel(const di_
 // ---------------------------------------------------------------------------------------------
 // The ABI entry points.
 
+template <typename C>
+int launch(const di_gdn_prefill_args& a, di_gdn_stream stream) {
+  const int64_t ctas = int64_t(a.num_seqs) * a.geometry.num_v_heads * C::kTilesPerHead;
+  if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
+  if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(C::kSmemBytes)) != cudaSuccess)
+    return DI_GDN_LAUNCH_FAILED;
+  gdn_sm90_prefill_kernel<C><<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a);
+  return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+}
+
 int sm90_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, di_gdn_state_layout layout,
                   char* reason, size_t reason_capacity) {
   if (geometry == nullptr || device == nullptr) return refuse(reason, reason_capacity, "geometry or device is NULL");
@@ -575,9 +611,9 @@ int sm90_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, 
     return refuse(reason, reason_capacity,
                   "sm_%d%d unsupported: sm90 runs sm_90a code (wgmma), which only compute capability 9.0 executes",
                   device->sm_major, device->sm_minor);
-  if (device->shared_memory_per_block_optin < kSmemBytes)
+  if (device->shared_memory_per_block_optin < sm90_prefill_smem_bytes())
     return refuse(reason, reason_capacity, "sm90 needs %zu bytes of shared memory per block, the device allows %zu",
-                  kSmemBytes, device->shared_memory_per_block_optin);
+                  sm90_prefill_smem_bytes(), device->shared_memory_per_block_optin);
   return accept(reason, reason_capacity);
 }
 
@@ -593,17 +629,14 @@ int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratc
     return DI_GDN_INVALID_ARGUMENT;
   if (check_geometry("sm90", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
   if (a.num_seqs == 0) return DI_GDN_OK;
-  const int64_t ctas = int64_t(a.num_seqs) * g.num_v_heads;
-  if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
 
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (sm90_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
-  if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)) !=
-      cudaSuccess)
-    return DI_GDN_LAUNCH_FAILED;
-  gdn_sm90_prefill_kernel<<<unsigned(ctas), kThreads, kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a);
-  return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+  // A CTA per head unless half-head CTAs would all run at once, each on an SM of its own. Both shapes
+  // compute every value column the same way: the choice changes no bit of the results.
+  const int64_t pairs = int64_t(a.num_seqs) * g.num_v_heads;
+  return 2 * pairs <= info.num_sms ? launch<HalfHead>(a, stream) : launch<Head>(a, stream);
 }
 
 }  // namespace
@@ -613,6 +646,6 @@ const di_gdn_prefill_backend& gdn_sm90_backend() {
   return backend;
 }
 
-size_t sm90_prefill_smem_bytes() { return kSmemBytes; }
+size_t sm90_prefill_smem_bytes() { return Head::kSmemBytes > HalfHead::kSmemBytes ? Head::kSmemBytes : HalfHead::kSmemBytes; }
 
 }  // namespace di::gdn

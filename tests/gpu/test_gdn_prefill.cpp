@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/bf16.h"
@@ -395,6 +396,47 @@ TEST_F(GdnPrefillBatch, VariableLengthsMatchOracle) {
           expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
         }
   }
+}
+
+// A sequence's output and final state do not depend on what else the launch holds: alone it is 32
+// (sequence, head) pairs, which sm90 runs in half-head CTAs; in a batch of four, 128 pairs, in
+// whole-head CTAs. Both must give the same bits (and so must every other backend).
+TEST_F(GdnPrefillBatch, ASequenceGivesTheSameBitsAloneAndBatched) {
+  SCOPED_TRACE(seed_trace(seed_));
+  const Batch batch = make_batch(kQwenSmall, {200, 130, 1, 65}, rng_);
+  const int pick = 1, Hk = kQwenSmall.num_k_heads, Hv = kQwenSmall.num_v_heads;
+  const int64_t t0 = batch.cu_seqlens[pick], t1 = batch.cu_seqlens[pick + 1];
+  Batch alone;
+  alone.geometry = batch.geometry;
+  alone.cu_seqlens = {0, int32_t(t1 - t0)};
+  auto rows = [](const auto& x, int64_t from, int64_t to, int64_t width) {
+    return std::decay_t<decltype(x)>(x.begin() + ptrdiff_t(from * width), x.begin() + ptrdiff_t(to * width));
+  };
+  alone.q = rows(batch.q, t0, t1, Hk * kDim), alone.k = rows(batch.k, t0, t1, Hk * kDim);
+  alone.v = rows(batch.v, t0, t1, Hv * kDim);
+  alone.g = rows(batch.g, t0, t1, Hv), alone.beta = rows(batch.beta, t0, t1, Hv);
+  const std::vector<float> initial = random_states(batch.num_seqs(), Hv, rng_);
+  for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall))
+    for (di_gdn_state_layout layout : kLayouts) {
+      SCOPED_TRACE(fmt::format("backend {}, {}", backend->name, layout_str(layout)));
+      RunSetup setup;
+      setup.layout = layout;
+      setup.pool_slots = batch.num_seqs();
+      const GpuResult batched = run_backend(*backend, batch, initial, kScale, setup, stream_, rng_);
+      setup.pool_slots = 1;
+      const GpuResult single = run_backend(*backend, alone, slot_of(initial, pick, Hv), kScale, setup, stream_, rng_);
+      ASSERT_EQ(batched.status, DI_GDN_OK);
+      ASSERT_EQ(single.status, DI_GDN_OK);
+      ASSERT_TRUE(std::none_of(single.out.begin(), single.out.end(), [](float x) { return std::isnan(x); }));
+      const std::vector<float> out_in_batch = rows(batched.out, t0, t1, Hv * kDim);
+      ASSERT_EQ(out_in_batch.size(), single.out.size());
+      EXPECT_EQ(std::memcmp(out_in_batch.data(), single.out.data(), single.out.size() * sizeof(float)), 0)
+          << "the output differs alone and batched";
+      const std::vector<float> state_in_batch = slot_of(batched.pool_after, pick, Hv);
+      const std::vector<float> state_alone = slot_of(single.pool_after, 0, Hv);
+      EXPECT_EQ(std::memcmp(state_in_batch.data(), state_alone.data(), state_alone.size() * sizeof(float)), 0)
+          << "the final state differs alone and batched";
+    }
 }
 
 // DI_GDN_QK_L2NORM: raw q and k rows of any magnitude (including all-zero rows), normalised by the
