@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <thread>
 
@@ -23,6 +25,12 @@ using httplib::Response;
 // How long a running request may leave its connection unwritten: a write is how a client that went
 // away is noticed.
 constexpr std::chrono::seconds kKeepAlive{1};
+
+// Connections the kernel holds for the accept loop. cpp-httplib listens with a backlog of 5 (fixed
+// when the distribution's library was built); past it Linux drops a client's SYN, and a burst of
+// clients (a load test's first second) waits a retransmission or is reset. The kernel caps this at
+// net.core.somaxconn.
+constexpr int kListenBacklog = 4096;
 
 // JSON text with any invalid UTF-8 (a parse error's message quotes the bytes it choked on) replaced.
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
@@ -75,6 +83,10 @@ HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), ht
   if (!options_.api_key.empty()) key_digest_ = sha256_hex(options_.api_key.data(), options_.api_key.size());
   const size_t threads = size_t(std::max(options_.http_threads, 4));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = int(sock);  // the last socket tried is the one bound
+  });
   http_->set_payload_max_length(options_.max_body_bytes);
   install_routes();
 }
@@ -86,6 +98,9 @@ int HttpServer::bind() {
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port <= 0) fail("serve: cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
                       options_.port);
+  // Listening again on a listening socket only sets its backlog.
+  if (listen_socket_ < 0 || ::listen(listen_socket_, kListenBacklog) != 0)
+    fail("serve: cannot raise the listen backlog of {}:{} to {}", options_.host, port, kListenBacklog);
   return port;
 }
 

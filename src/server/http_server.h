@@ -64,6 +64,7 @@ class HttpServer {
 
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
+  int listen_socket_ = -1;  // the socket bind() listens on
   std::atomic<EngineHost*> host_{nullptr};
   std::atomic<bool> draining_{false};
   Metrics metrics_;
