@@ -27,9 +27,9 @@ using httplib::Response;
 constexpr std::chrono::seconds kKeepAlive{1};
 
 // Connections the kernel holds for the accept loop. cpp-httplib listens with a backlog of 5 (fixed
-// when the distribution's library was built); past it Linux drops a client's SYN, and a burst of
-// clients (a load test's first second) waits a retransmission or is reset. The kernel caps this at
-// net.core.somaxconn.
+// when the distribution's library was built); past it Linux drops a client's SYN, so a burst of
+// clients (a load test's first second) waits a retransmission, or is reset when the handshake's last
+// ACK met the full queue. The kernel caps this at net.core.somaxconn.
 constexpr int kListenBacklog = 4096;
 
 // JSON text with any invalid UTF-8 (a parse error's message quotes the bytes it choked on) replaced.
