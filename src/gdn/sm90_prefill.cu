@@ -40,7 +40,8 @@
 // on the state warpgroups' chain.
 // Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh. Those the
 // state warpgroups make from their accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
-// the rows) are stored as they lie, bf16 pairs, and read MN-major; Kᵀ for the state update is the
+// the rows) are stored as they lie, bf16 pairs four 8x8 blocks per stmatrix, and read MN-major; the
+// output goes out through X's tile as 16-byte pieces of whole rows; Kᵀ for the state update is the
 // input slot's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside
 // its chunk a state warpgroup reuses regions whose readers are done: its tile of V for X's low part,
 // then (once every state warpgroup's Vnew products have read Tinv and its Q S products Q) its half of
