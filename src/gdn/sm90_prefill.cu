@@ -40,7 +40,8 @@
 // on the state warpgroups' chain.
 // Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh. Those the
 // state warpgroups make from their accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
-// the rows) are stored as they lie, bf16 pairs, and read MN-major; Kᵀ for the state update is the
+// the rows) are stored as they lie, bf16 pairs four 8x8 blocks per stmatrix, and read MN-major; the
+// output goes out through X's tile as 16-byte pieces of whole rows; Kᵀ for the state update is the
 // input slot's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside
 // its chunk a state warpgroup reuses regions whose readers are done: its tile of V for X's low part,
 // then (once every state warpgroup's Vnew products have read Tinv and its Q S products Q) its half of
@@ -164,17 +165,28 @@ __device__ __forceinline__ void state_sync(int w) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(kBarState0 + w), "n"(kWarpgroup) : "memory");
 }
 
-__device__ __forceinline__ uint32_t u32_at(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ __forceinline__ void store_pair(unsigned char* base, uint32_t offset, float lo, float hi) {
-  *reinterpret_cast<uint32_t*>(base + offset) = kernels::pack_bf16x2(lo, hi);
+// A fragment's 32 values as 16 bf16 pairs (for Fragment::store_pairs), rounded once; and the low
+// parts of their hi + lo split (x = hi + lo to ~16 bits, as kernels::split_bf16x2), the high parts
+// recomputed, so that a split takes 16 registers at a time.
+__device__ __forceinline__ void pack_pairs(const float (&x)[32], uint32_t (&pairs)[16]) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) pairs[i / 2] = kernels::pack_bf16x2(x[i], x[i + 1]);
 }
-// x as bf16 hi + lo pairs: x = hi + lo to ~16 bits.
-__device__ __forceinline__ void store_split_pair(unsigned char* hi_base, unsigned char* lo_base, uint32_t offset,
-                                                 float x0, float x1) {
-  uint32_t hi, lo;
-  kernels::split_bf16x2(x0, x1, hi, lo);
-  *reinterpret_cast<uint32_t*>(hi_base + offset) = hi;
-  *reinterpret_cast<uint32_t*>(lo_base + offset) = lo;
+__device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t (&pairs)[16]) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    uint32_t hi;
+    kernels::split_bf16x2(x[i], x[i + 1], hi, pairs[i / 2]);
+  }
+}
+// The fragment x split into hi (at hi_tile) and lo (at lo_tile) operand tiles of contraction kd.
+__device__ __forceinline__ void store_split(const float (&x)[32], unsigned char* hi_tile, unsigned char* lo_tile,
+                                           const wg::Fragment& f) {
+  uint32_t pairs[16];
+  pack_pairs(x, pairs);
+  f.store_pairs(hi_tile, kTileV, pairs);
+  low_pairs(x, pairs);
+  f.store_pairs(lo_tile, kTileV, pairs);
 }
 
 // Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
@@ -222,10 +234,42 @@ __device__ __forceinline__ void zero(float (&d)[n]) {
 __device__ __forceinline__ void write_state_operand(const float (&state)[2][32], unsigned char* st_s,
                                                     const wg::Fragment& f) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
+  for (int half = 0; half < 2; ++half) {
+    uint32_t pairs[16];
+    pack_pairs(state[half], pairs);
+    f.store_pairs(st_s, kTileV, pairs, 64 * half);
+  }
+}
+
+// The output tile [64 tokens][64 values] bf16 staged in shared memory (8 KiB) so that the global
+// stores are whole 16-byte pieces of 128-byte rows: row r at r * 128, its piece m (values 8 m ..
+// 8 m + 7) at piece m ^ (r % 8), so that the stmatrix rows of a fragment and the 16-byte row reads both
+// spread over all banks.
+__device__ __forceinline__ void stage_output(const float (&o)[32], unsigned char* tile, const wg::Fragment& f) {
+  uint32_t pairs[16];
+  pack_pairs(o, pairs);
+  const int m = f.lane / 8, row = 16 * f.warp + 8 * (m & 1) + f.lane % 8;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile)) + row * 128;
 #pragma unroll
-    for (int i = 0; i < 32; i += 2)
-      store_pair(st_s, f.direct_offset(i, kTileV, 64 * half), state[half][i], state[half][i + 1]);
+  for (int k = 0; k < 4; ++k) {  // blocks (j, h) = (2 k + m / 2, m % 2), as Fragment::store_pairs
+    const int j = 2 * k + (m >> 1);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     base + uint32_t((j ^ (row & 7)) * 16)),
+                 "r"(pairs[4 * k]), "r"(pairs[4 * k + 1]), "r"(pairs[4 * k + 2]), "r"(pairs[4 * k + 3])
+                 : "memory");
+  }
+}
+// Rows [0, len) of the staged tile to out rows t0 .. (token stride `row_stride` elements), thread t
+// (of the warpgroup) piece t % 8 of rows t / 8 + 16 e.
+__device__ __forceinline__ void store_output(const unsigned char* tile, bf16* out, int64_t row_stride, int len, int t) {
+  const int piece = t % 8;
+#pragma unroll
+  for (int e = 0; e < kChunk / 16; ++e) {
+    const int r = t / 8 + 16 * e;
+    if (r >= len) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + r * 128 + ((piece ^ (r & 7)) * 16));
+    *reinterpret_cast<uint4*>(out + r * row_stride + piece * 8) = v;
+  }
 }
 
 // Chunk c's shared memory: its input slot and its stage.
@@ -483,17 +527,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     // scale D diag(1/|q|) Q S.
     {
       uint32_t v_pairs[16];
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) v_pairs[i / 2] = u32_at(v_s + frag.direct_offset(i, kTileV));
-      state_sync(w);  // every V read is done before V's region takes X's low part
+      frag.load_pairs(v_s, kTileV, v_pairs);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int r = frag.row(i);
         const float bt = st.beta[r], e = st.exp_G[r] * st.k_inv[r], o = args.scale * st.exp_G[r] * st.q_inv[r];
-        store_split_pair(x_s, v_s, frag.direct_offset(i, kTileV), bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]),
-                         bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1]));
+        ks[i] = bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]);  // ks becomes X
+        ks[i + 1] = bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1]);
         qs[i] *= o, qs[i + 1] *= o;
       }
+      state_sync(w);  // every V read is done before V's region takes X's low part
+      store_split(ks, x_s, v_s, frag);
     }
     wg::fence_async_shared();
     state_sync(w);
@@ -517,14 +561,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       wg::wgmma_wait<0>();
       wg::fence_registers(vnew);
       StatesSync::sync();  // every state warpgroup's products have read X, Tinv and Q
+      store_split(vnew, vnew_hi, v_s, frag);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        const int r = frag.row(i);
-        const uint32_t at = frag.direct_offset(i, kTileV);
-        const float w_scale = st.tail[r] * st.k_inv[r];
-        store_split_pair(vnew_hi, v_s, at, vnew[i], vnew[i + 1]);
-        store_split_pair(x_s, w_lo, at, w_scale * vnew[i], w_scale * vnew[i + 1]);
+        const float w_scale = st.tail[frag.row(i)] * st.k_inv[frag.row(i)];
+        vnew[i] *= w_scale, vnew[i + 1] *= w_scale;  // vnew becomes W
       }
+      store_split(vnew, x_s, w_lo, frag);
     }
     wg::fence_async_shared();
     state_sync(w);
@@ -553,13 +596,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     if (chunk + 2 < num_chunks) bar_arrive<C>(kBarEmpty0 + b);  // the stage may take chunk + 2
     if (chunk + C::kInputSlots < num_chunks) load_chunk(chunk + C::kInputSlots);  // the slot its next chunk
 
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int r = frag.row(i);
-      if (r >= len) continue;
-      *reinterpret_cast<uint32_t*>(out + ((t0 + r) * Hv + head) * kHeadDim + v0 + frag.col(i)) =
-          kernels::pack_bf16x2(qs[i], qs[i + 1]);
-    }
+    // The output through X's tile (W_hi, read by the products just waited for).
+    stage_output(qs, x_s, frag);
+    state_sync(w);
+    store_output(x_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
     if (chunk + 1 < num_chunks) {
       write_state_operand(state, st_s, frag);
       wg::fence_async_shared();
@@ -623,8 +663,8 @@ int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratc
   if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
-  // Vector accesses: q, k, v by 16 bytes (cp.async), out by 4, the state pools by 8.
-  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.out, 4) ||
+  // Vector accesses: q, k, v by 16 bytes (cp.async), out by 16, the state pools by 8.
+  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.out, 16) ||
       !aligned(a.initial_state, 8) || !aligned(a.final_state, 8))
     return DI_GDN_INVALID_ARGUMENT;
   if (check_geometry("sm90", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;

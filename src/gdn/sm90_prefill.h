@@ -5,8 +5,8 @@
 //   k_dim == v_dim == 128, any Hk, Hv with Hv % Hk == 0, both state layouts, compute capability 9.0
 //   exactly (sm_90a code does not run on later architectures), in a binary built with sm_90a code
 //   (CMAKE_CUDA_ARCHITECTURES containing 90a), with sm90_prefill_smem_bytes() of opt-in shared memory.
-// No scratch. Beyond the ABI's rules, run() requires q and k 16-byte aligned, v 16-byte aligned, out
-// 4-byte aligned and the state pools 8-byte aligned, and reads a negative state_indices entry as
+// No scratch. Beyond the ABI's rules, run() requires q, k, v and out 16-byte aligned and the state
+// pools 8-byte aligned, and reads a negative state_indices entry as
 // "no slot" (zero initial state, final state not written), like the baseline.
 // Plain C++ header (no CUDA syntax).
 #include <cstddef>

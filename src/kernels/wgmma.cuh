@@ -123,14 +123,41 @@ __device__ __forceinline__ void mma_m64n64(float (&d)[32], const void* a, const 
 struct Fragment {
   int row0;  // 16 w + l / 4; element i sits at row row0 + 8 h
   int col0;  // 2 (l % 4); element i sits at column 8 j + col0 + e
+  int warp, lane;
   __device__ __forceinline__ explicit Fragment(int thread)
-      : row0(16 * (thread / 32) + (thread % 32) / 4), col0(2 * (thread % 4)) {}
+      : row0(16 * (thread / 32) + (thread % 32) / 4), col0(2 * (thread % 4)), warp(thread / 32), lane(thread % 32) {}
   __device__ __forceinline__ int row(int i) const { return row0 + 8 * ((i >> 1) & 1); }
   __device__ __forceinline__ int col(int i) const { return 8 * (i >> 2) + col0 + (i & 1); }
   // (row(i) + row_shift, col(i)) in an operand whose contraction is kd (row_shift a multiple of 8).
   __device__ __forceinline__ uint32_t direct_offset(int i, int kd, int row_shift = 0) const {
     return uint32_t((row0 >> 3) * (kd / 8) * kCoreBytes + (row0 & 7) * 16 + col0 * 2) +
            uint32_t((((i >> 1) & 1) + row_shift / 8) * (kd / 8) * kCoreBytes + (i >> 2) * kCoreBytes + (i & 1) * 2);
+  }
+  // The thread's 16 bf16 pairs, pairs[i / 2] holding elements i and i + 1 (i even), stored as
+  // direct_offset puts them, or loaded back: stmatrix / ldmatrix, four 8x8 blocks (a block is one core
+  // matrix) per instruction where pair stores take sixteen. In instruction k, lane l gives the address
+  // of row l % 8 of block 4 k + l / 8, i.e. rows 16 w + 8 h, columns 8 j for (j, h) = (2 k + l / 16,
+  // (l / 8) % 2); its register m carries pairs[4 k + m], the same (j, h) for the lanes that own it.
+  __device__ __forceinline__ uint32_t block_row_offset(int kd, int row_shift) const {
+    const int m = lane / 8;
+    return uint32_t(((2 * warp + (m & 1) + row_shift / 8) * (kd / 8) + (m >> 1)) * kCoreBytes + (lane % 8) * 16);
+  }
+  __device__ __forceinline__ void store_pairs(void* tile, int kd, const uint32_t (&pairs)[16], int row_shift = 0) const {
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile)) + block_row_offset(kd, row_shift);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(base + k * 2 * kCoreBytes),
+                   "r"(pairs[4 * k]), "r"(pairs[4 * k + 1]), "r"(pairs[4 * k + 2]), "r"(pairs[4 * k + 3])
+                   : "memory");
+  }
+  __device__ __forceinline__ void load_pairs(const void* tile, int kd, uint32_t (&pairs)[16]) const {
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile)) + block_row_offset(kd, 0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(pairs[4 * k]), "=r"(pairs[4 * k + 1]), "=r"(pairs[4 * k + 2]), "=r"(pairs[4 * k + 3])
+                   : "r"(base + k * 2 * kCoreBytes)
+                   : "memory");
   }
   // (col(i), row(i) + row_shift) in an operand whose contraction is kd.
   __device__ __forceinline__ uint32_t transposed_offset(int i, int kd, int row_shift = 0) const {

@@ -572,6 +572,7 @@ TEST(GdnPrefillAbi, InvalidArgumentsAreRefused) {
       {"beta NULL", [](di_gdn_prefill_args& a) { a.beta = nullptr; }},
       {"out NULL", [](di_gdn_prefill_args& a) { a.out = nullptr; }},
       {"q misaligned", [](di_gdn_prefill_args& a) { a.q = static_cast<const char*>(a.q) + 2; }},
+      {"out misaligned", [](di_gdn_prefill_args& a) { a.out = static_cast<char*>(a.out) + 4; }},
       {"final_state misaligned", [](di_gdn_prefill_args& a) { a.final_state += 1; }},
   };
   for (const Case& c : cases) {

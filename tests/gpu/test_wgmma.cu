@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -67,6 +68,31 @@ __global__ void fragment_offsets_kernel(uint32_t* out) {
   }
 }
 
+// Fragment::store_pairs against pair stores at direct_offset, and load_pairs reading them back: a
+// warpgroup's tagged pairs (thread t, pair p -> t * 16 + p + 1) into [128][64] tiles (rows 64 .. 127
+// with row_shift 64, as the state operand), and what load_pairs reads from the pair-stored tile.
+__global__ void store_pairs_kernel(uint32_t* by_stmatrix, uint32_t* by_pairs, uint32_t* loaded) {
+  __shared__ __align__(128) unsigned char a[128 * 64 * 2], b[128 * 64 * 2];
+  for (int e = threadIdx.x; e < 128 * 64 / 2; e += blockDim.x)
+    reinterpret_cast<uint32_t*>(a)[e] = reinterpret_cast<uint32_t*>(b)[e] = 0;
+  __syncthreads();
+  const wg::Fragment f(threadIdx.x);
+  for (int shift : {0, 64}) {
+    uint32_t pairs[16];
+    for (int p = 0; p < 16; ++p) pairs[p] = threadIdx.x * 16 + p + 1 + (shift ? 0x10000u : 0u);
+    f.store_pairs(a, 64, pairs, shift);
+    for (int p = 0; p < 16; ++p) *reinterpret_cast<uint32_t*>(b + f.direct_offset(2 * p, 64, shift)) = pairs[p];
+  }
+  __syncthreads();
+  uint32_t back[16];
+  f.load_pairs(b, 64, back);
+  for (int p = 0; p < 16; ++p) loaded[threadIdx.x * 16 + p] = back[p];
+  for (int e = threadIdx.x; e < 128 * 64 / 2; e += blockDim.x) {
+    by_stmatrix[e] = reinterpret_cast<const uint32_t*>(a)[e];
+    by_pairs[e] = reinterpret_cast<const uint32_t*>(b)[e];
+  }
+}
+
 uint32_t layout_offset(int r, int k, int kd) { return uint32_t(((r / 8) * (kd / 8) + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2); }
 
 bool is_hopper() {
@@ -123,6 +149,18 @@ TEST_F(Wgmma, MnMajorOperandsMatchHostGemm) {
   check_product<64, false, true>(rng_, stream_);   // Tinv X, P Vnew
   check_product<64, true, true>(rng_, stream_);    // Kᵀ W, Kᵀ read from the [tokens][keys] K tile
   check_product<64, true, false>(rng_, stream_);
+}
+
+TEST_F(Wgmma, StmatrixAndLdmatrixFollowTheFragment) {
+  cuda::DeviceBuffer<uint32_t> by_stmatrix(128 * 64 / 2), by_pairs(128 * 64 / 2), loaded(128 * 16);
+  store_pairs_kernel<<<1, 128, 0, stream_>>>(by_stmatrix.data(), by_pairs.data(), loaded.data());
+  DI_CUDA_CHECK(cudaGetLastError());
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint32_t> a = by_stmatrix.download(), b = by_pairs.download(), l = loaded.download();
+  EXPECT_EQ(a, b) << "stmatrix put the pairs elsewhere than direct_offset";
+  EXPECT_TRUE(std::none_of(b.begin(), b.end(), [](uint32_t x) { return x == 0; })) << "the pairs cover both tiles";
+  for (int t = 0; t < 128; ++t)
+    for (int p = 0; p < 16; ++p) EXPECT_EQ(l[t * 16 + p], uint32_t(t * 16 + p + 1)) << "thread " << t << ", pair " << p;
 }
 
 TEST_F(Wgmma, FragmentOffsetsFollowTheLayout) {
