@@ -179,6 +179,102 @@ __device__ __forceinline__ void invert_unit_lower(float* tmat, float* scratch, i
 }  // namespace di::gdn
 
 namespace di::gdn {
+// x as tf32 big + small, each exact in tf32 (10-bit mantissa): x = big + small to ~21 bits.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
+}
+// c += a b for one m16n8k8 tile on tensor cores (tf32 operands, f32 accumulators).
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// The same with both operands split (three products: small x big, big x small, big x big), which
+// keeps about float32's accuracy: the dropped small x small term is ~2^-22 of the product.
+struct Tf32Split {
+  uint32_t big[4], small[4];
+  __device__ __forceinline__ explicit Tf32Split(const float (&x)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_tf32(x[i], big[i], small[i]);
+  }
+};
+__device__ __forceinline__ void mma_3xtf32(float (&c)[4], const Tf32Split& a, float b0, float b1) {
+  uint32_t b0_big, b0_small, b1_big, b1_small;
+  split_tf32(b0, b0_big, b0_small), split_tf32(b1, b1_big, b1_small);
+  mma_tf32(c, a.small, b0_big, b1_big);
+  mma_tf32(c, a.big, b0_small, b1_small);
+  mma_tf32(c, a.big, b0_big, b1_big);
+}
+
+// merge_inverse_blocks on tensor cores (mma.sync m16n8k8, tf32 operands split in three products), for
+// one warpgroup (128 threads): T_hl = -T_hh L_hl T_ll for each pair of adjacent n x n diagonal
+// blocks (n = 16: two pairs; n = 32: one), computed transposed so that every operand is either read
+// from `tmat` or already in registers:
+//   Y = T_llᵀ L_hlᵀ (= (L_hl T_ll)ᵀ),  Z = Y T_hhᵀ (= -T_hlᵀ),  T_hl[r][c] = -Z[c][r].
+// Warp w takes rows 16 (w % 2) of Y for n = 32 (pair w % 2 for n = 16), all its columns, and half of
+// Z's columns (w / 2). Y's accumulators are Z's A operand as they lie: in every product the k slot
+// t (t < 4) of a fragment holds contraction index 2 t and slot t + 4 index 2 t + 1 (a relabelling of
+// the sum that A and B share), which is what an accumulator's column pair (2 t, 2 t + 1) gives. The
+// upper triangles of T_ll and T_hh hold stored zeros (as the tiled FMA merge relies on), so the sums
+// run over all n terms. One sync between the reads of L_hl and the writes of T_hl over it, one after.
+template <int n, int stride, typename Sync>
+__device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
+  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
+  constexpr int kSteps = n / 8;  // Y's 8-column tiles = the k steps of both products
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int unit = warp % 2, half = warp / 2;
+  const int pair = n == 16 ? unit : 0, m0 = n == 16 ? 0 : 16 * unit;  // Y's rows m0 .. m0 + 15
+  const int lo = 2 * n * pair, hi = lo + n;
+  float y[kSteps][4];
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    // A = T_llᵀ: A[m][k] = T_ll[k][m], rows m0 + g (+ 8), k = 8 s + 2 t (slot t), 8 s + 2 t + 1 (slot t + 4).
+    const float* ta = tmat + (lo + 8 * s + 2 * t) * stride + lo + m0 + g;
+    const float a[4] = {ta[0], ta[8], ta[stride], ta[stride + 8]};
+    const Tf32Split a_split(a);
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {  // B = L_hlᵀ: B[k][r] = L_hl[r][k], r = 8 j + g
+      const float2 b = *reinterpret_cast<const float2*>(tmat + (hi + 8 * j + g) * stride + lo + 8 * s + 2 * t);
+      mma_3xtf32(y[j], a_split, b.x, b.y);
+    }
+  }
+  constexpr int kHalf = kSteps / 2;  // Z's 8-column tiles per warp
+  float z[kHalf][4];
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    z[j][0] = z[j][1] = z[j][2] = z[j][3] = 0.f;
+    const int r = 8 * (half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {  // A = Y's tile s; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
+      const float a[4] = {y[s][0], y[s][2], y[s][1], y[s][3]};
+      const float2 b = *reinterpret_cast<const float2*>(tmat + (hi + r + g) * stride + hi + 8 * s + 2 * t);
+      mma_3xtf32(z[j], Tf32Split(a), b.x, b.y);
+    }
+  }
+  Sync::sync();  // every warp's reads of L_hl are done
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    // z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)]
+    float* d = tmat + (hi + 8 * (half * kHalf + j) + 2 * t) * stride + lo + m0 + g;
+    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
+  }
+  Sync::sync();
+}
+
+// (I + L)^-1 in place for one warpgroup: the diagonal 16 x 16 blocks by forward substitution, the
+// merges on tensor cores.
+template <int stride, typename Sync>
+__device__ __forceinline__ void invert_unit_lower_mma(float* tmat, int tid) {
+  invert_diagonal_blocks<stride>(tmat, tid);
+  Sync::sync();
+  merge_inverse_blocks_mma<16, stride, Sync>(tmat, tid);
+  merge_inverse_blocks_mma<32, stride, Sync>(tmat, tid);
+}
+
 // The register-tiled variant of invert_unit_lower, for blocks of at most 128 threads (rows of 16-byte
 // aligned floats: stride % 4 == 0).
 template <int threads, int stride, typename Sync = BlockSync>

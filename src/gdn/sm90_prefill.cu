@@ -13,8 +13,10 @@
 // Design. One CTA of three warpgroups owns (sequence, value head); when that leaves more than half
 // the SMs idle, one CTA of two warpgroups owns each half of the value columns (Config below).
 //   The auxiliary warpgroup (the last) runs one chunk ahead. It computes the gates and inverse
-//   norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (CUDA
-//   cores, register-tiled) and Tinv as bf16 hi + lo operands, into one of two stages, and signals
+//   norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (its
+//   diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores with tf32 operands
+//   split in three products: chunk_math.cuh) and Tinv as bf16 hi + lo operands, into one of two
+//   stages, and signals
 //   the stage full (named barriers; it waits for the stage to be empty first). In a whole-head CTA it
 //   does this once per head: both value halves read the same stage.
 //   Each state warpgroup keeps a [128, 64] f32 slice of the state (value columns 64 w .. 64 w +
@@ -28,8 +30,8 @@
 //   The inputs (Q, K, V, the raw gates) are loaded by the state warpgroups two (whole head) or three
 //   (half head) chunks ahead, into the input slot they have just finished with (cp.async, counted by
 //   an mbarrier the auxiliary warpgroup waits on), so the load overlaps the auxiliary warpgroup's work.
-//   Shared memory 222,336 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
-//   two S operands, two X, the f32 inverse), 222,848 for half a head (three input slots of 41,472):
+//   Shared memory 218,240 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
+//   two S operands, two X, the f32 inverse), 218,752 for half a head (three input slots of 41,472):
 //   one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
@@ -119,10 +121,9 @@ struct Config {
   static constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;  // per state warpgroup
   static constexpr size_t kOffX = kOffSt + groups * kStateOpBytes;     // per state warpgroup
   static constexpr size_t kOffInv = kOffX + groups * kMatOpBytes;
-  static constexpr size_t kOffScratch = kOffInv + kInvBytes;  // the inverse's merge scratch, 1024 floats
-  static constexpr size_t kOffBarriers = kOffScratch + 1024 * sizeof(float);  // per input slot: its loads landed
+  static constexpr size_t kOffBarriers = kOffInv + kInvBytes;  // per input slot: its loads landed
   static constexpr size_t kSmemBytes = kOffBarriers + 128;
-  static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffScratch % 128 == 0,
+  static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffBarriers % 128 == 0,
                 "aligned regions");
   // Registers per thread: the launch gives every thread 65536 / threads (in steps of 8, at most 255),
   // and a CTA can only move registers between its warpgroups. With two state warpgroups (168 each at
@@ -136,7 +137,7 @@ struct Config {
 };
 using Head = Config<2>;
 using HalfHead = Config<1>;
-static_assert(Head::kSmemBytes == 222336 && HalfHead::kSmemBytes == 222848,
+static_assert(Head::kSmemBytes == 218240 && HalfHead::kSmemBytes == 218752,
               "the shared memory budgets the header comment documents");
 
 // Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
@@ -319,7 +320,7 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 // f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
 template <typename C>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, float* inv_s,
-                                              float* scratch, int len, int t) {
+                                              int len, int t) {
   const wg::Fragment frag(t);
   if (t < 32)
     chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
@@ -401,7 +402,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   }
   AuxSync::sync();
 
-  invert_unit_lower_tiled<kWarpgroup, kInvStride, AuxSync>(inv_s, scratch, t);
+  invert_unit_lower_mma<kInvStride, AuxSync>(inv_s, t);
   // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 (t % 8) .. + 7 of rows
   // t / 8 + 16 e.
   {
@@ -428,7 +429,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
   float* const inv_s = reinterpret_cast<float*>(smem + C::kOffInv);  // [64][kInvStride]
-  float* const scratch = reinterpret_cast<float*>(smem + C::kOffScratch);
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       // The state warpgroups are done with chunk - 2's stage.
       if (chunk >= 2) bar_sync<C>(kBarEmpty0 + (chunk & 1));
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
-      prepare_chunk(args, Stage<C>(smem, chunk), inv_s, scratch, chunk_len(chunk), t);
+      prepare_chunk(args, Stage<C>(smem, chunk), inv_s, chunk_len(chunk), t);
       bar_arrive<C>(kBarFull0 + (chunk & 1));
     }
     return;
