@@ -73,8 +73,6 @@ struct StateBlock {
 
 template <di_gdn_state_layout Layout>
 __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
-  kernels::wait_for_prior_grid();
-  kernels::allow_dependent_grid();
   __shared__ float q_norm[kWarps][kHeadDim];  // per warp: the normalised q and k of the token
   __shared__ float k_norm[kWarps][kHeadDim];
 
@@ -88,8 +86,15 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   const int col0 = part * kColsPerCta + warp * kColsPerWarp + 4 * block.col_quad();  // first of 4 columns
 
   bf16* const out = static_cast<bf16*>(p.out) + (int64_t(seq) * Hv + head) * kHeadDim + col0;
+  // Launched early (programmatic dependent launch), this kernel may start while the kernel ahead (the
+  // step's conv) runs, but every kernel before that one has finished: each waits for its own
+  // predecessor before it lets the next start. So the slots (copied in before the step) and the state
+  // (last written by this layer's previous step) are read before the wait, and their loads overlap
+  // the conv's tail; q, k, v, a and b come from the conv, and every write follows the wait.
   const int64_t slot = p.state_indices ? p.state_indices[seq] : seq;
   if (slot < 0) {  // a padding row: zero output, state untouched
+    kernels::wait_for_prior_grid();
+    kernels::allow_dependent_grid();
     if (block.writes_output()) *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
     return;
   }
@@ -112,6 +117,9 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
       S[j][0] = x.x, S[j][1] = x.y, S[j][2] = x.z, S[j][3] = x.w;
     }
   }
+
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
 
   // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
   const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
