@@ -181,11 +181,13 @@ __device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t* pairs)
   }
 }
 // Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
-// rows past len are zeros. Thread tid (of a warpgroup) copies 16-byte piece tid % 16 of rows
-// tid / 16 + 8 e.
+// rows past len are zeros. Thread tid (of a warpgroup) copies 16-byte piece tid / 8 of rows
+// tid % 8 + 8 e: the eight lanes of each store phase fill the eight rows of one core matrix, 128
+// contiguous bytes (lanes on the pieces of one row would all hit the same four banks: 8-way
+// conflicts), and a warp reads 64 contiguous bytes of each of 8 rows.
 __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                               int head, int tid) {
-  const int row0 = tid / 16, part = tid % 16;
+  const int row0 = tid % 8, part = tid / 8;
   unsigned char* dst = tile + wg::operand_offset(row0, part * 8, kHeadDim);
   const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + part * 8;
   const int64_t step = int64_t(8) * heads * kHeadDim;  // 8 rows further
@@ -198,11 +200,11 @@ __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* s
 
 // Rows [t0, t0 + len) of the tile's 64 value columns ([T, heads, 128] bf16, from column v0) into a
 // [64 tokens][64 values] tile in the operand layout (so that the state warpgroup's fragment reads are
-// free of bank conflicts, and X and Vnew can take its place). Thread tid copies piece tid % 8 of rows
-// tid / 8 + 16 e.
+// free of bank conflicts, and X and Vnew can take its place). Thread tid copies piece (tid / 8) % 8 of
+// rows tid % 8 + 8 (tid / 64) + 16 e: a core matrix per store phase, as load_qk_async.
 __device__ __forceinline__ void load_v_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                              int head, int v0, int tid) {
-  const int row0 = tid / 8, part = tid % 8;
+  const int row0 = tid % 8 + 8 * (tid / 64), part = (tid / 8) % 8;
   const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + v0 + part * 8;
   const int64_t step = int64_t(16) * heads * kHeadDim;  // 16 rows further
 #pragma unroll
@@ -383,10 +385,11 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   AuxSync::sync();
 
   invert_unit_lower_mma<kInvStride, AuxSync>(inv_s, t);
-  // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 (t % 8) .. + 7 of rows
-  // t / 8 + 16 e.
+  // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 ((t / 8) % 8) .. + 7 of
+  // rows t % 8 + 8 (t / 64) + 16 e, so that each store phase fills one core matrix (and each read
+  // phase's eight float4 rows, 68 floats apart, cover all 32 banks).
   {
-    const int r0 = t / 8, c = (t % 8) * 8;
+    const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
     const uint32_t dst = wg::operand_offset(r0, c, kChunk);
 #pragma unroll
     for (int e = 0; e < kChunk / 16; ++e) {
