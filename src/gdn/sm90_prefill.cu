@@ -127,10 +127,12 @@ struct Config {
   // Registers per thread: the launch gives every thread 65536 / threads (in steps of 8, at most 255),
   // and a CTA can only move registers between its warpgroups. With two state warpgroups (168 each at
   // launch) the auxiliary warpgroup gives some back, so that the state warpgroups can hold the state,
-  // the products' accumulators and their register A operands at once (at 184, ptxas serialised the
-  // wgmmas for want of registers); with one, each thread can have 255 already.
+  // the products' accumulators and their register A operands; with one, each thread can have 255
+  // already. At 184 / 128 ptxas serialises some of the state warpgroups' wgmmas for want of
+  // registers (warning C7512), yet the kernel measures faster than at 192 / 112 (3% at 16/64
+  // 4x8192), where the auxiliary warpgroup has fewer registers (docs/benchmarks/gdn-sm90.md).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8 > 255 ? 255 : 65536 / kThreads / 8 * 8;
-  static constexpr int kStateRegisters = groups == 2 ? 192 : 0, kAuxRegisters = groups == 2 ? 112 : 0;
+  static constexpr int kStateRegisters = groups == 2 ? 184 : 0, kAuxRegisters = groups == 2 ? 128 : 0;
   static_assert(groups == 1 || kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <=
                                    kThreads * kLaunchRegisters,
                 "registers the CTA was launched with");
