@@ -128,11 +128,11 @@ struct Config {
   // and a CTA can only move registers between its warpgroups. With two state warpgroups (168 each at
   // launch) the auxiliary warpgroup gives some back, so that the state warpgroups can hold the state,
   // the products' accumulators and their register A operands; with one, each thread can have 255
-  // already. At 184 / 128 ptxas serialises some of the state warpgroups' wgmmas for want of
-  // registers (warning C7512), yet the kernel measures faster than at 192 / 112 (3% at 16/64
-  // 4x8192), where the auxiliary warpgroup has fewer registers (docs/benchmarks/gdn-sm90.md).
+  // already. 192 / 120 uses the whole budget (2 x 192 + 120 = 3 x 168) and measures fastest: below
+  // 192 ptxas serialises the state warpgroups' wgmmas for want of registers (warning C7512), and at
+  // 192 / 112 the auxiliary warpgroup spills more (docs/benchmarks/gdn-sm90.md).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8 > 255 ? 255 : 65536 / kThreads / 8 * 8;
-  static constexpr int kStateRegisters = groups == 2 ? 184 : 0, kAuxRegisters = groups == 2 ? 128 : 0;
+  static constexpr int kStateRegisters = groups == 2 ? 192 : 0, kAuxRegisters = groups == 2 ? 120 : 0;
   static_assert(groups == 1 || kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <=
                                    kThreads * kLaunchRegisters,
                 "registers the CTA was launched with");
