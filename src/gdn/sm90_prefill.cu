@@ -19,20 +19,24 @@
 //   stages, and signals
 //   the stage full (named barriers; it waits for the stage to be empty first). In a whole-head CTA it
 //   does this once per head: both value halves read the same stage.
-//   Each state warpgroup keeps a [128, 64] f32 slice of the state (value columns 64 w .. 64 w +
-//   63 for warpgroup w) in wgmma accumulators (two m64n64 tiles, 64 registers per thread) for the
-//   whole sequence, read it once and write it once, and per chunk run only what depends on the state:
-//     K S, Q S  64 x 64 x 128, both
-//     Vnew      Tinv X as hi/lo products   64 x 64 x 64 (three)
-//     output    (scaled Q S) + P Vnew_hi + P Vnew_lo   64 x 64 x 64 (two), onto the Q S registers
-//     state     S += Kᵀ W_hi + Kᵀ W_lo     (128 = 2 x 64) x 64 x 64 (four)
+//   Each state warpgroup keeps a slice of the state, transposed: Sᵀ for its value columns (64 w ..
+//   64 w + 63 for warpgroup w) as [64 values, 128 keys] f32 in wgmma accumulators (two m64n64 tiles,
+//   64 registers per thread) for the whole sequence, read once and written once. Every product it
+//   runs per chunk is transposed, values along the rows, so that its A operand is a fragment it
+//   already holds in registers (an accumulator packed to bf16 pairs is the A operand of the next
+//   product over its columns) and only B comes from shared memory:
+//     (K S)ᵀ, (Q S)ᵀ  Sᵀ Kᵀ, Sᵀ Qᵀ            64 x 64 x 128, both
+//     Vnewᵀ           Xᵀ Tinvᵀ as hi/lo products  64 x 64 x 64 (three)
+//     output          (scaled Q S)ᵀ + Vnew_hiᵀ Pᵀ + Vnew_loᵀ Pᵀ  64 x 64 x 64 (two), onto the (Q S)ᵀ registers
+//     state           Sᵀ += W_hiᵀ K + W_loᵀ K   64 x (128 = 2 x 64) x 64 (four)
+//   Xᵀ, Vnewᵀ, Wᵀ and Sᵀ never go through shared memory; the per-token factors are per column.
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
 //   The inputs (Q, K, V, the raw gates) are loaded by the state warpgroups two (whole head) or three
 //   (half head) chunks ahead, into the input slot they have just finished with (cp.async, counted by
 //   an mbarrier the auxiliary warpgroup waits on), so the load overlaps the auxiliary warpgroup's work.
-//   Shared memory 218,240 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
-//   two S operands, two X, the f32 inverse), 218,752 for half a head (three input slots of 41,472):
-//   one CTA per SM.
+//   Shared memory 185,472 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
+//   two output staging tiles, the f32 inverse), 202,368 for half a head (three input slots of
+//   41,472): one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
@@ -40,15 +44,12 @@
 // changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
 // splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split would double K S and Q S
 // on the state warpgroups' chain.
-// Operands live in shared memory in the no-swizzle canonical layout of kernels/wgmma.cuh. Those the
-// state warpgroups make from their accumulators (S, X, Vnew, W: D[k][n] with the contraction k along
-// the rows) are stored as they lie, bf16 pairs four 8x8 blocks per stmatrix, and read MN-major; the
-// output goes out through X's tile as 16-byte pieces of whole rows; Kᵀ for the state update is the
-// input slot's K tile read MN-major. Register-made operands are fenced for the async proxy. Inside
-// its chunk a state warpgroup reuses regions whose readers are done: its tile of V for X's low part,
-// then (once every state warpgroup's Vnew products have read Tinv and its Q S products Q) its half of
-// Q and one of the stage's Tinv tiles for Vnew's and W's parts. No atomics, no scratch, no host
-// synchronisation.
+// Operands in shared memory use the no-swizzle canonical layout of kernels/wgmma.cuh: the inputs as
+// loaded (K and Q tiles are the K-major B operands of (K S)ᵀ and (Q S)ᵀ; the K tile read MN-major is
+// the B operand of the state update), the auxiliary warpgroup's P and Tinv [i][j] tiles (K-major B
+// operands of the transposed products as they are). V reaches the registers transposed (ldmatrix
+// .trans) and the output leaves through a staging tile (stmatrix .trans) as 16-byte pieces of whole
+// rows. No atomics, no scratch, no host synchronisation.
 //
 // FLOP per chunk and value head (tensor cores): gram 2.10 M (auxiliary), then per state warpgroup
 // K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP for a whole-head CTA (17.8
@@ -82,7 +83,6 @@ constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Ti
 // Shared memory regions (every one 128-byte aligned).
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
 constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of one value tile, [64][64]
-constexpr size_t kStateOpBytes = size_t(kTileV) * kHeadDim * 2; // S bf16: [128 keys][64 values], read MN-major
 constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
 constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
@@ -101,7 +101,7 @@ constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 //   head) pairs than half the SMs, where CTAs would otherwise be idle SMs.
 // Chunk c's inputs (Q, K, V and the raw gates, cp.async) land in input slot c % slots, issued by the
 // state warpgroups when they are done with chunk c - slots; its gate-side products go to stage c % 2.
-// The state warpgroups read both and, inside their chunk, reuse parts of them for their own operands.
+// The state warpgroups read both.
 template <int groups>
 struct Config {
   static constexpr int kGroups = groups;
@@ -118,9 +118,8 @@ struct Config {
   // The whole block.
   static constexpr size_t kOffInput = 0;
   static constexpr size_t kOffStage = kOffInput + kInputSlots * kInputBytes;
-  static constexpr size_t kOffSt = kOffStage + kStages * kStageBytes;  // per state warpgroup
-  static constexpr size_t kOffX = kOffSt + groups * kStateOpBytes;     // per state warpgroup
-  static constexpr size_t kOffInv = kOffX + groups * kMatOpBytes;
+  static constexpr size_t kOffOut = kOffStage + kStages * kStageBytes;  // per state warpgroup: the output's staging
+  static constexpr size_t kOffInv = kOffOut + groups * kMatOpBytes;
   static constexpr size_t kOffBarriers = kOffInv + kInvBytes;  // per input slot: its loads landed
   static constexpr size_t kSmemBytes = kOffBarriers + 128;
   static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffBarriers % 128 == 0,
@@ -128,16 +127,19 @@ struct Config {
   // Registers per thread: the launch gives every thread 65536 / threads (in steps of 8, at most 255),
   // and a CTA can only move registers between its warpgroups. With two state warpgroups (168 each at
   // launch) the auxiliary warpgroup gives some back, so that the state warpgroups can hold the state,
-  // K S, Q S and the products' accumulators at once; with one, each thread can have 255 already.
+  // the products' accumulators and their register A operands; with one, each thread can have 255
+  // already. 192 / 120 uses the whole budget (2 x 192 + 120 = 3 x 168) and measures fastest: below
+  // 192 ptxas serialises the state warpgroups' wgmmas for want of registers (warning C7512), and at
+  // 192 / 112 the auxiliary warpgroup spills more (docs/benchmarks/gdn-sm90.md).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8 > 255 ? 255 : 65536 / kThreads / 8 * 8;
-  static constexpr int kStateRegisters = groups == 2 ? 184 : 0, kAuxRegisters = groups == 2 ? 128 : 0;
+  static constexpr int kStateRegisters = groups == 2 ? 192 : 0, kAuxRegisters = groups == 2 ? 120 : 0;
   static_assert(groups == 1 || kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <=
                                    kThreads * kLaunchRegisters,
                 "registers the CTA was launched with");
 };
 using Head = Config<2>;
 using HalfHead = Config<1>;
-static_assert(Head::kSmemBytes == 218240 && HalfHead::kSmemBytes == 218752,
+static_assert(Head::kSmemBytes == 185472 && HalfHead::kSmemBytes == 202368,
               "the shared memory budgets the header comment documents");
 
 // Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
@@ -169,33 +171,25 @@ __device__ __forceinline__ void state_sync(int w) {
 // A fragment's 32 values as 16 bf16 pairs (for Fragment::store_pairs), rounded once; and the low
 // parts of their hi + lo split (x = hi + lo to ~16 bits, as kernels::split_bf16x2), the high parts
 // recomputed, so that a split takes 16 registers at a time.
-__device__ __forceinline__ void pack_pairs(const float (&x)[32], uint32_t (&pairs)[16]) {
+__device__ __forceinline__ void pack_pairs(const float (&x)[32], uint32_t* pairs) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2) pairs[i / 2] = kernels::pack_bf16x2(x[i], x[i + 1]);
 }
-__device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t (&pairs)[16]) {
+__device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t* pairs) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
     uint32_t hi;
     kernels::split_bf16x2(x[i], x[i + 1], hi, pairs[i / 2]);
   }
 }
-// The fragment x split into hi (at hi_tile) and lo (at lo_tile) operand tiles of contraction kd.
-__device__ __forceinline__ void store_split(const float (&x)[32], unsigned char* hi_tile, unsigned char* lo_tile,
-                                           const wg::Fragment& f) {
-  uint32_t pairs[16];
-  pack_pairs(x, pairs);
-  f.store_pairs(hi_tile, kTileV, pairs);
-  low_pairs(x, pairs);
-  f.store_pairs(lo_tile, kTileV, pairs);
-}
-
 // Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
-// rows past len are zeros. Thread tid (of a warpgroup) copies 16-byte piece tid % 16 of rows
-// tid / 16 + 8 e.
+// rows past len are zeros. Thread tid (of a warpgroup) copies 16-byte piece tid / 8 of rows
+// tid % 8 + 8 e: the eight lanes of each store phase fill the eight rows of one core matrix, 128
+// contiguous bytes (lanes on the pieces of one row would all hit the same four banks: 8-way
+// conflicts), and a warp reads 64 contiguous bytes of each of 8 rows.
 __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                               int head, int tid) {
-  const int row0 = tid / 16, part = tid % 16;
+  const int row0 = tid % 8, part = tid / 8;
   unsigned char* dst = tile + wg::operand_offset(row0, part * 8, kHeadDim);
   const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + part * 8;
   const int64_t step = int64_t(8) * heads * kHeadDim;  // 8 rows further
@@ -208,11 +202,11 @@ __device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* s
 
 // Rows [t0, t0 + len) of the tile's 64 value columns ([T, heads, 128] bf16, from column v0) into a
 // [64 tokens][64 values] tile in the operand layout (so that the state warpgroup's fragment reads are
-// free of bank conflicts, and X and Vnew can take its place). Thread tid copies piece tid % 8 of rows
-// tid / 8 + 16 e.
+// free of bank conflicts, and X and Vnew can take its place). Thread tid copies piece (tid / 8) % 8 of
+// rows tid % 8 + 8 (tid / 64) + 16 e: a core matrix per store phase, as load_qk_async.
 __device__ __forceinline__ void load_v_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
                                              int head, int v0, int tid) {
-  const int row0 = tid / 8, part = tid % 8;
+  const int row0 = tid % 8 + 8 * (tid / 64), part = (tid / 8) % 8;
   const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + v0 + part * 8;
   const int64_t step = int64_t(16) * heads * kHeadDim;  // 16 rows further
 #pragma unroll
@@ -229,33 +223,23 @@ __device__ __forceinline__ void zero(float (&d)[n]) {
   for (int i = 0; i < n; ++i) d[i] = 0.f;
 }
 
-// S in bf16 for the next K S and Q S, as a [128 keys][64 values] tile (the B operand, MN-major): the
-// accumulators' own layout, stored as bf16 pairs. (A hi + lo split of S was measured to change no
-// error statistic: X and W dominate, see the header.)
-__device__ __forceinline__ void write_state_operand(const float (&state)[2][32], unsigned char* st_s,
-                                                    const wg::Fragment& f) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    uint32_t pairs[16];
-    pack_pairs(state[half], pairs);
-    f.store_pairs(st_s, kTileV, pairs, 64 * half);
-  }
-}
-
-// The output tile [64 tokens][64 values] bf16 staged in shared memory (8 KiB) so that the global
-// stores are whole 16-byte pieces of 128-byte rows: row r at r * 128, its piece m (values 8 m ..
-// 8 m + 7) at piece m ^ (r % 8), so that the stmatrix rows of a fragment and the 16-byte row reads both
-// spread over all banks.
-__device__ __forceinline__ void stage_output(const float (&o)[32], unsigned char* tile, const wg::Fragment& f) {
+// The output tile staged from Oᵀ's fragment (rows = values, columns = tokens) as [64 tokens][64
+// values] bf16 (8 KiB) so that the global stores are whole 16-byte pieces of 128-byte rows: token row r
+// at r * 128, its piece m (values 8 m .. 8 m + 7) at piece m ^ (r % 8), so that the stmatrix rows of a
+// fragment and the 16-byte row reads both spread over all banks. stmatrix .trans writes each 8x8
+// block transposed: block (j, h) of the fragment (tokens 8 j .., values 16 w + 8 h ..) lands as 8
+// token rows of one piece.
+__device__ __forceinline__ void stage_output_transposed(const float (&o)[32], unsigned char* tile,
+                                                        const wg::Fragment& f) {
   uint32_t pairs[16];
   pack_pairs(o, pairs);
-  const int m = f.lane / 8, row = 16 * f.warp + 8 * (m & 1) + f.lane % 8;
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile)) + row * 128;
+  const int m = f.lane / 8, piece = 2 * f.warp + (m & 1);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {  // blocks (j, h) = (2 k + m / 2, m % 2), as Fragment::store_pairs
-    const int j = 2 * k + (m >> 1);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     base + uint32_t((j ^ (row & 7)) * 16)),
+  for (int k = 0; k < 4; ++k) {  // blocks (j, h) = (2 k + m / 2, m % 2), as Fragment::load_pairs_transposed
+    const int row = 8 * (2 * k + (m >> 1)) + f.lane % 8;
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     base + uint32_t(row * 128 + (piece ^ (row & 7)) * 16)),
                  "r"(pairs[4 * k]), "r"(pairs[4 * k + 1]), "r"(pairs[4 * k + 2]), "r"(pairs[4 * k + 3])
                  : "memory");
   }
@@ -403,10 +387,11 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   AuxSync::sync();
 
   invert_unit_lower_mma<kInvStride, AuxSync>(inv_s, t);
-  // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 (t % 8) .. + 7 of rows
-  // t / 8 + 16 e.
+  // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 ((t / 8) % 8) .. + 7 of
+  // rows t % 8 + 8 (t / 64) + 16 e, so that each store phase fills one core matrix (and each read
+  // phase's eight float4 rows, 68 floats apart, cover all 32 banks).
   {
-    const int r0 = t / 8, c = (t % 8) * 8;
+    const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
     const uint32_t dst = wg::operand_offset(r0, c, kChunk);
 #pragma unroll
     for (int e = 0; e < kChunk / 16; ++e) {
@@ -462,13 +447,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     return;
   }
 
-  // ---- State warpgroup w: value columns v0 .. v0 + 63.
+  // ---- State warpgroup w: value columns v0 .. v0 + 63, every product transposed (rows = values).
   if constexpr (C::kStateRegisters > 0) claim_registers<C::kStateRegisters>();
   using StatesSync = NamedSync<kBarStates, C::kStateThreads>;
   const int w = int(threadIdx.x) / kWarpgroup, tid = int(threadIdx.x) % kWarpgroup;
   const int v0 = (tile * C::kGroups + w) * kTileV;
-  unsigned char* const st_s = smem + C::kOffSt + w * kStateOpBytes;
-  unsigned char* const x_s = smem + C::kOffX + w * kMatOpBytes;
+  unsigned char* const out_s = smem + C::kOffOut + w * kMatOpBytes;  // the output's staging tile
   const wg::Fragment frag(tid);
   bf16* const out = static_cast<bf16*>(args.out);
   const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
@@ -480,7 +464,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   };
   for (int chunk = 0; chunk < C::kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
 
-  // The state slice in accumulator form: state[half][i] = S[64 half + row(i)][v0 + col(i)].
+  // Sᵀ in accumulator form: state[half][i] = S[64 half + col(i)][v0 + row(i)] (keys along the columns).
   float state[2][32];
   if (args.initial_state != nullptr && slot >= 0) {
     const float* src = args.initial_state + state_base;
@@ -488,107 +472,108 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        const int kr = 64 * half + frag.row(i), c = v0 + frag.col(i);
+        const int v = v0 + frag.row(i), key = 64 * half + frag.col(i);
         if (kv_layout) {
-          const float2 x = *reinterpret_cast<const float2*>(src + int64_t(kr) * kHeadDim + c);
-          state[half][i] = x.x, state[half][i + 1] = x.y;
+          state[half][i] = src[int64_t(key) * kHeadDim + v], state[half][i + 1] = src[int64_t(key + 1) * kHeadDim + v];
         } else {
-          state[half][i] = src[int64_t(c) * kHeadDim + kr], state[half][i + 1] = src[int64_t(c + 1) * kHeadDim + kr];
+          const float2 x = *reinterpret_cast<const float2*>(src + int64_t(v) * kHeadDim + key);
+          state[half][i] = x.x, state[half][i + 1] = x.y;
         }
       }
   } else {
     zero(state[0]), zero(state[1]);
   }
-  write_state_operand(state, st_s, frag);
-  wg::fence_async_shared();
-  state_sync(w);
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int b = chunk & 1;
     const Stage<C> st(smem, chunk);
-    unsigned char* const v_s = st.v + w * kVBytes;  // this warpgroup's tile of V, then X_lo and Vnew_lo
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
     bar_sync<C>(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
 
-    // ---- K S and Q S (S read as the MN-major [keys][values] tile).
+    // ---- (K S)ᵀ = Sᵀ Kᵀ and (Q S)ᵀ = Sᵀ Qᵀ: A = Sᵀ in bf16 from the state's own registers (the pairs of
+    // its two 64-key tiles are the k16 steps 0..3 and 4..7), B = the K and Q tiles as loaded.
     float ks[32], qs[32];
-    zero(ks), zero(qs);
-    const auto state_op = wg::mn_major(st_s, kTileV);
-    wg::wgmma_fence();
-    wg::mma<kHeadDim>(ks, wg::k_major(st.k, kHeadDim), state_op, false);
-    wg::mma<kHeadDim>(qs, wg::k_major(st.q, kHeadDim), state_op, false);
-    wg::wgmma_commit();
-    wg::wgmma_wait<0>();
-    wg::fence_registers(ks), wg::fence_registers(qs);
-
-    // X = diag(beta) (V - D diag(1/|k|) K S) as a [tokens][values] tile, split into bf16 hi (over x_s)
-    // + lo (over this half of V, once every thread holds its V values); the output starts as
-    // scale D diag(1/|q|) Q S.
     {
-      uint32_t v_pairs[16];
-      frag.load_pairs(v_s, kTileV, v_pairs);
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int r = frag.row(i);
-        const float bt = st.beta[r], e = st.exp_G[r] * st.k_inv[r], o = args.scale * st.exp_G[r] * st.q_inv[r];
-        ks[i] = bt * (kernels::bf16_lo(v_pairs[i / 2]) - e * ks[i]);  // ks becomes X
-        ks[i + 1] = bt * (kernels::bf16_hi(v_pairs[i / 2]) - e * ks[i + 1]);
-        qs[i] *= o, qs[i + 1] *= o;
-      }
-      state_sync(w);  // every V read is done before V's region takes X's low part
-      store_split(ks, x_s, v_s, frag);
-    }
-    wg::fence_async_shared();
-    state_sync(w);
-
-    // ---- Vnew = Tinv X = Tinv_hi X_hi + Tinv_lo X_hi + Tinv_hi X_lo (the lo x lo term is below f32
-    // rounding). Then, once every state warpgroup's products have read Tinv (and Q S Q), Vnew
-    // as hi (over this half of Q) + lo (over X_lo), and W = diag(exp(G_last - G) / |k|) Vnew as hi
-    // (over X_hi) + lo (over Tinv's hi tile for warpgroup 0, its lo tile for warpgroup 1), all
-    // [tokens][values] tiles.
-    unsigned char* const vnew_hi = st.q + w * kMatOpBytes;
-    unsigned char* const w_lo = w == 0 ? st.t_hi : st.t_lo;
-    {
-      float vnew[32];
-      zero(vnew);
-      const auto t_hi = wg::k_major(st.t_hi, kChunk);
+      uint32_t s_pairs[2 * 16];
+      pack_pairs(state[0], s_pairs);
+      pack_pairs(state[1], s_pairs + 16);
+      zero(ks), zero(qs);
       wg::wgmma_fence();
-      wg::mma<kChunk>(vnew, t_hi, wg::mn_major(x_s, kTileV), false);
-      wg::mma<kChunk>(vnew, wg::k_major(st.t_lo, kChunk), wg::mn_major(x_s, kTileV), true);
-      wg::mma<kChunk>(vnew, t_hi, wg::mn_major(v_s, kTileV), true);
+      wg::mma_rs<kHeadDim>(ks, s_pairs, wg::k_major(st.k, kHeadDim), false);
+      wg::mma_rs<kHeadDim>(qs, s_pairs, wg::k_major(st.q, kHeadDim), false);
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
-      wg::fence_registers(vnew);
-      StatesSync::sync();  // every state warpgroup's products have read X, Tinv and Q
-      store_split(vnew, vnew_hi, v_s, frag);
+    }
+    wg::fence_registers(ks), wg::fence_registers(qs);
+
+    // Xᵀ = (V - D diag(1/|k|) K S)ᵀ diag(beta), the per-token factors now per column; Vᵀ's pairs come
+    // from the V tile by ldmatrix.trans. The output starts as (scale D diag(1/|q|) Q S)ᵀ. X is split
+    // into bf16 hi + lo pairs, the A operands of Vnewᵀ = Xᵀ Tinvᵀ.
+    uint32_t x_hi[16], x_lo[16];
+    {
+      uint32_t v_pairs[16];
+      frag.load_pairs_transposed(st.v + w * kVBytes, kTileV, v_pairs);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        const float w_scale = st.tail[frag.row(i)] * st.k_inv[frag.row(i)];
-        vnew[i] *= w_scale, vnew[i + 1] *= w_scale;  // vnew becomes W
+        const int c = frag.col(i);  // tokens c, c + 1
+        const float2 bt = *reinterpret_cast<const float2*>(st.beta + c);
+        const float2 eg = *reinterpret_cast<const float2*>(st.exp_G + c);
+        const float2 ki = *reinterpret_cast<const float2*>(st.k_inv + c);
+        const float2 qi = *reinterpret_cast<const float2*>(st.q_inv + c);
+        ks[i] = bt.x * (kernels::bf16_lo(v_pairs[i / 2]) - eg.x * ki.x * ks[i]);  // ks becomes Xᵀ
+        ks[i + 1] = bt.y * (kernels::bf16_hi(v_pairs[i / 2]) - eg.y * ki.y * ks[i + 1]);
+        qs[i] *= args.scale * eg.x * qi.x, qs[i + 1] *= args.scale * eg.y * qi.y;
       }
-      store_split(vnew, x_s, w_lo, frag);
+      pack_pairs(ks, x_hi);
+      low_pairs(ks, x_lo);
     }
-    wg::fence_async_shared();
-    state_sync(w);
 
-    // ---- output O = (scaled Q S) + P Vnew; state S = exp(G_last) S + Kᵀ W, Kᵀ read straight from the
-    // slot's K tile as an MN-major operand (keys 64 .. 127 from column 64 on).
+    // ---- Vnewᵀ = Xᵀ Tinvᵀ = X_hiᵀ Tinv_hiᵀ + X_hiᵀ Tinv_loᵀ + X_loᵀ Tinv_hiᵀ (the lo x lo term is below
+    // f32 rounding); Tinv's [i][j] tiles are the K-major B operands as they are.
+    float vnew[32];
+    zero(vnew);
+    const auto t_hi = wg::k_major(st.t_hi, kChunk), t_lo = wg::k_major(st.t_lo, kChunk);
+    wg::wgmma_fence();
+    wg::mma_rs<kChunk>(vnew, x_hi, t_hi, false);
+    wg::mma_rs<kChunk>(vnew, x_hi, t_lo, true);
+    wg::mma_rs<kChunk>(vnew, x_lo, t_hi, true);
+    wg::wgmma_commit();
+    wg::wgmma_wait<0>();
+    wg::fence_registers(vnew);
+
+    // Vnew as hi + lo pairs (A of the output's products); Wᵀ = Vnewᵀ diag(exp(G_last - G) / |k|) as hi +
+    // lo pairs (A of the state's).
+    uint32_t vnew_hi[16], vnew_lo[16], w_hi[16], w_lo[16];
+    pack_pairs(vnew, vnew_hi);
+    low_pairs(vnew, vnew_lo);
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int c = frag.col(i);
+      const float2 tl = *reinterpret_cast<const float2*>(st.tail + c);
+      const float2 ki = *reinterpret_cast<const float2*>(st.k_inv + c);
+      vnew[i] *= tl.x * ki.x, vnew[i + 1] *= tl.y * ki.y;  // vnew becomes Wᵀ
+    }
+    pack_pairs(vnew, w_hi);
+    low_pairs(vnew, w_lo);
+
+    // ---- Oᵀ += Vnewᵀ Pᵀ (P's [i][j] tile is the K-major B operand); Sᵀ = exp(G_last) Sᵀ + Wᵀ K, K read
+    // from the slot's tile as the MN-major B operand (keys 64 .. 127 from column 64 on).
     const float chunk_decay = st.exp_G[len - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; ++i) state[half][i] *= chunk_decay;
     const auto p_op = wg::k_major(st.p, kChunk);
-    const auto kt_lo = wg::mn_major(st.k, kHeadDim), kt_hi = wg::mn_major(st.k + wg::operand_offset(0, 64, kHeadDim), kHeadDim);
-    const auto w_hi_op = wg::mn_major(x_s, kTileV), w_lo_op = wg::mn_major(w_lo, kTileV);
+    const auto k_keys_lo = wg::mn_major(st.k, kHeadDim),
+               k_keys_hi = wg::mn_major(st.k + wg::operand_offset(0, 64, kHeadDim), kHeadDim);
     wg::wgmma_fence();
-    wg::mma<kChunk>(qs, p_op, wg::mn_major(vnew_hi, kTileV), true);  // P Vnew_hi
-    wg::mma<kChunk>(qs, p_op, wg::mn_major(v_s, kTileV), true);      // P Vnew_lo
-    wg::mma<kChunk>(state[0], kt_lo, w_hi_op, true);                 // Kᵀ W_hi
-    wg::mma<kChunk>(state[1], kt_hi, w_hi_op, true);
-    wg::mma<kChunk>(state[0], kt_lo, w_lo_op, true);                 // Kᵀ W_lo
-    wg::mma<kChunk>(state[1], kt_hi, w_lo_op, true);
+    wg::mma_rs<kChunk>(state[0], w_hi, k_keys_lo, true);
+    wg::mma_rs<kChunk>(state[1], w_hi, k_keys_hi, true);
+    wg::mma_rs<kChunk>(state[0], w_lo, k_keys_lo, true);
+    wg::mma_rs<kChunk>(state[1], w_lo, k_keys_hi, true);
+    wg::mma_rs<kChunk>(qs, vnew_hi, p_op, true);
+    wg::mma_rs<kChunk>(qs, vnew_lo, p_op, true);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
@@ -596,15 +581,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     if (chunk + 2 < num_chunks) bar_arrive<C>(kBarEmpty0 + b);  // the stage may take chunk + 2
     if (chunk + C::kInputSlots < num_chunks) load_chunk(chunk + C::kInputSlots);  // the slot its next chunk
 
-    // The output through X's tile (W_hi, read by the products just waited for).
-    stage_output(qs, x_s, frag);
+    // The output, transposed back through the staging tile (its last reads, the previous chunk's
+    // stores, came before the barrier above).
+    stage_output_transposed(qs, out_s, frag);
     state_sync(w);
-    store_output(x_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
-    if (chunk + 1 < num_chunks) {
-      write_state_operand(state, st_s, frag);
-      wg::fence_async_shared();
-      state_sync(w);
-    }
+    store_output(out_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
   }
 
   if (args.final_state != nullptr && slot >= 0) {
@@ -613,11 +594,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
-        const int kr = 64 * half + frag.row(i), c = v0 + frag.col(i);
+        const int v = v0 + frag.row(i), key = 64 * half + frag.col(i);
         if (kv_layout) {
-          *reinterpret_cast<float2*>(dst + int64_t(kr) * kHeadDim + c) = make_float2(state[half][i], state[half][i + 1]);
+          dst[int64_t(key) * kHeadDim + v] = state[half][i], dst[int64_t(key + 1) * kHeadDim + v] = state[half][i + 1];
         } else {
-          dst[int64_t(c) * kHeadDim + kr] = state[half][i], dst[int64_t(c + 1) * kHeadDim + kr] = state[half][i + 1];
+          *reinterpret_cast<float2*>(dst + int64_t(v) * kHeadDim + key) = make_float2(state[half][i], state[half][i + 1]);
         }
       }
   }

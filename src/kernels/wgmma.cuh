@@ -116,6 +116,39 @@ __device__ __forceinline__ void mma_m64n64(float (&d)[32], const void* a, const 
   mma<kd>(d, k_major(a, kd), k_major(b, kd), accumulate);
 }
 
+// d (+)= A B for one m64n64k16 step with A from registers: a[0..3] are this thread's bf16 pairs of the
+// 64 x 16 A slice, laid out as an accumulator's columns (warp w rows 16 w .. 16 w + 15; a[0] row
+// l / 4, columns 2 (l % 4) and + 1; a[1] eight rows further; a[2], a[3] the same eight columns
+// further). So the pairs of an accumulator tile D (pairs[i / 2] = D's elements i, i + 1, as
+// Fragment::store_pairs takes them) are, four at a time, the A operand of a product that contracts
+// over D's columns: k16 step s is pairs[4 s .. 4 s + 3]. B from shared memory, MN-major when trans_b.
+template <bool trans_b = false>
+__device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t* a, uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(trans_b)));
+}
+
+// D (+)= A B over kd contraction elements with A's pairs in registers (pairs[4 s .. 4 s + 3] for k16
+// step s, as mma_m64n64k16_rs) and B from shared memory.
+template <int kd, bool tb>
+__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t* pairs, Operand<tb> b, bool accumulate) {
+#pragma unroll
+  for (int s = 0; s < kd / 16; ++s)
+    mma_m64n64k16_rs<tb>(d, pairs + 4 * s, b.desc + uint64_t(s) * b.step, accumulate || s > 0);
+}
+
 // Fragment coordinates of accumulator element i for this thread (see the header comment), and the
 // byte offsets at which element i lands in an operand tile: "direct" stores D[row][col] as operand
 // element (row, col), "transposed" as (col, row). Offsets are a per-thread base plus a constant of i,
@@ -157,6 +190,22 @@ struct Fragment {
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(pairs[4 * k]), "=r"(pairs[4 * k + 1]), "=r"(pairs[4 * k + 2]), "=r"(pairs[4 * k + 3])
                    : "r"(base + k * 2 * kCoreBytes)
+                   : "memory");
+  }
+  // The pairs of the transposed tile: pairs[i / 2] = (T[col(i)][row(i)], T[col(i) + 1][row(i)]) for a
+  // tile T stored as rows of kd elements (operand_offset(r, c, kd)), i.e. the fragment of Tᵀ: ldmatrix
+  // .trans, four 8x8 blocks per instruction. Block (j, h) holds T's rows 8 j .. 8 j + 7 (Tᵀ's columns)
+  // and columns 16 w + 8 h .. + 7 (Tᵀ's rows); in instruction k, lane l gives row l % 8 of block
+  // (j, h) = (2 k + l / 16, (l / 8) % 2), and register m receives pairs[4 k + m].
+  __device__ __forceinline__ void load_pairs_transposed(const void* tile, int kd, uint32_t (&pairs)[16]) const {
+    const int m = lane / 8;
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile)) +
+                          uint32_t(((m >> 1) * (kd / 8) + 2 * warp + (m & 1)) * kCoreBytes + (lane % 8) * 16);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(pairs[4 * k]), "=r"(pairs[4 * k + 1]), "=r"(pairs[4 * k + 2]), "=r"(pairs[4 * k + 3])
+                   : "r"(base + uint32_t(k * 2 * (kd / 8) * kCoreBytes))
                    : "memory");
   }
   // (col(i), row(i) + row_shift) in an operand whose contraction is kd.

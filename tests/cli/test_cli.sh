@@ -11,11 +11,15 @@ pass() { echo "ok   - $1"; }
 bad() { echo "FAIL - $1"; failures=$((failures + 1)); }
 
 # expect_fail NAME PATTERN CMD...: the command must exit non-zero and print PATTERN on stderr.
+# Every refusal comes before any work: a command that runs a minute has accepted what it should not.
 expect_fail() {
-  local name=$1 pattern=$2
+  local name=$1 pattern=$2 rc=0
   shift 2
-  if "$@" >"$work/out" 2>"$work/err"; then
+  timeout 60 "$@" >"$work/out" 2>"$work/err" || rc=$?
+  if [ $rc -eq 0 ]; then
     bad "$name: succeeded but should have failed"
+  elif [ $rc -eq 124 ]; then
+    bad "$name: still running after 60 s: it should have refused at once"
   elif ! grep -q -- "$pattern" "$work/err"; then
     bad "$name: error does not mention '$pattern': $(tail -1 "$work/err")"
   elif grep -q -i -E "segmentation|core dumped|terminate called" "$work/err"; then
@@ -168,6 +172,9 @@ expect_fail "--gdn-artifacts must exist" "gdn-artifacts" "$bin" generate --model
   --gdn-artifacts "$work/nope"
 
 # bench ab: configurations checked before anything runs; a dirty checkout refused, then recorded.
+# A GPU round declares its tree's commit through DI_SOURCE_COMMIT, which would stand in for the git
+# checks these cases are about: only the case that declares one keeps it.
+unset DI_SOURCE_COMMIT DI_SOURCE_DIRTY
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 expect_fail "bench ab: unknown key" "unknown key 'colour'" "$bin" bench ab --a colour=red --b name=x --model "$model"
 expect_fail "bench ab: one name twice" "both configurations are named" "$bin" bench ab --a name=x --b name=x --model "$model"

@@ -1,7 +1,7 @@
 // The wgmma building blocks of kernels/wgmma.cuh on their own: the operand layout and descriptor
 // (one 64 x 64 x kd product against a host GEMM of the same bf16 values, exact up to f32 summation
-// order) and the fragment offsets (every element's direct and transposed offset equals the layout
-// formula). A failure here localises a wrong descriptor before it shows up as a wrong GDN state.
+// order), with A from registers too, and the fragment offsets (every element's direct and transposed
+// offset equals the layout formula; ldmatrix .trans reads the transposed fragment). A failure here localises a wrong descriptor before it shows up as a wrong GDN state.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 #include "core/bf16.h"
 #include "core/cuda.h"
 #include "gpu/gpu_test.h"
+#include "kernels/cuda_common.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace di::kernels {
@@ -93,6 +94,54 @@ __global__ void store_pairs_kernel(uint32_t* by_stmatrix, uint32_t* by_pairs, ui
   }
 }
 
+// D = A Bᵀ with A from registers, as the sm90 kernel's transposed products take it: each thread packs
+// its fragment of A ([64][kd] row-major, 64 columns per accumulator-shaped block) into bf16 pairs, and
+// wgmma reads them as the A operand (mma_rs); B is stored as in gemm_abt_kernel.
+template <int kd, bool b_mn>
+__global__ void gemm_rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ __align__(128) unsigned char b_s[64 * kd * 2];
+  for (int e = threadIdx.x; e < 64 * kd; e += blockDim.x) {
+    const int r = e / kd, k = e % kd;
+    *reinterpret_cast<__nv_bfloat16*>(b_s + (b_mn ? wg::operand_offset(k, r, 64) : wg::operand_offset(r, k, kd))) = b[e];
+  }
+  wg::fence_async_shared();
+  __syncthreads();
+  const wg::Fragment f(threadIdx.x);
+  uint32_t pairs[kd / 64 * 16];
+  for (int block = 0; block < kd / 64; ++block)
+    for (int i = 0; i < 32; i += 2) {
+      const __nv_bfloat16* at = a + f.row(i) * kd + 64 * block + f.col(i);
+      pairs[block * 16 + i / 2] = pack_bf16x2(__bfloat162float(at[0]), __bfloat162float(at[1]));
+    }
+  float acc[32];
+  for (float& x : acc) x = 0.f;
+  const auto op_b = [&] {
+    if constexpr (b_mn) return wg::mn_major(b_s, 64);
+    else return wg::k_major(b_s, kd);
+  }();
+  wg::wgmma_fence();
+  wg::mma_rs<kd>(acc, pairs, op_b, false);
+  wg::wgmma_commit();
+  wg::wgmma_wait<0>();
+  wg::fence_registers(acc);
+  for (int i = 0; i < 32; ++i) d[f.row(i) * 64 + f.col(i)] = acc[i];
+#endif
+}
+
+// What Fragment::load_pairs_transposed reads from a [64][64] tile whose element (r, c) holds the tag
+// 64 r + c: loaded[t * 16 + p] for thread t's pair p.
+__global__ void transposed_pairs_kernel(uint32_t* loaded) {
+  __shared__ __align__(128) unsigned char tile[64 * 64 * 2];
+  for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x)
+    *reinterpret_cast<uint16_t*>(tile + wg::operand_offset(e / 64, e % 64, 64)) = uint16_t(e);
+  __syncthreads();
+  const wg::Fragment f(threadIdx.x);
+  uint32_t pairs[16];
+  f.load_pairs_transposed(tile, 64, pairs);
+  for (int p = 0; p < 16; ++p) loaded[threadIdx.x * 16 + p] = pairs[p];
+}
+
 uint32_t layout_offset(int r, int k, int kd) { return uint32_t(((r / 8) * (kd / 8) + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2); }
 
 bool is_hopper() {
@@ -149,6 +198,55 @@ TEST_F(Wgmma, MnMajorOperandsMatchHostGemm) {
   check_product<64, false, true>(rng_, stream_);   // Tinv X, P Vnew
   check_product<64, true, true>(rng_, stream_);    // Kᵀ W, Kᵀ read from the [tokens][keys] K tile
   check_product<64, true, false>(rng_, stream_);
+}
+
+// A from registers against a host GEMM of the same bf16 values.
+template <int kd, bool b_mn>
+void check_register_product(std::mt19937& rng, cudaStream_t stream) {
+  SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A from registers, B " << (b_mn ? "MN" : "K") << "-major");
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> a(64 * kd), b(64 * kd);
+  for (auto& x : a) x = f32_to_bf16(normal(rng));
+  for (auto& x : b) x = f32_to_bf16(normal(rng));
+  cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
+  cuda::DeviceBuffer<float> dd(64 * 64);
+  dd.fill_bytes(0xFF);
+  gemm_rs_kernel<kd, b_mn><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                                                  reinterpret_cast<const __nv_bfloat16*>(db.data()), dd.data());
+  DI_CUDA_CHECK(cudaGetLastError());
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> d = dd.download();
+  int bad = 0;
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double want = 0;
+      for (int k = 0; k < kd; ++k) want += double(bf16_to_f32(a[i * kd + k])) * double(bf16_to_f32(b[j * kd + k]));
+      if (!(std::fabs(d[i * 64 + j] - want) <= 1e-4 * (1 + std::fabs(want))) && bad++ < 5)
+        ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * 64 + j] << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_F(Wgmma, RegisterOperandProductMatchesHostGemm) {
+  if (!is_hopper()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+  SCOPED_TRACE(seed_trace(seed_));
+  check_register_product<128, false>(rng_, stream_);  // (K S)ᵀ = Sᵀ Kᵀ: B the K tile as loaded
+  check_register_product<64, false>(rng_, stream_);   // Xᵀ Tinvᵀ, Vnewᵀ Pᵀ: B an [i][j] tile
+  check_register_product<64, true>(rng_, stream_);    // Wᵀ K: B the K tile read MN-major
+}
+
+TEST_F(Wgmma, TransposedPairsFollowTheFragment) {
+  cuda::DeviceBuffer<uint32_t> loaded(128 * 16);
+  transposed_pairs_kernel<<<1, 128, 0, stream_>>>(loaded.data());
+  DI_CUDA_CHECK(cudaGetLastError());
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint32_t> l = loaded.download();
+  for (int t = 0; t < 128; ++t)
+    for (int p = 0; p < 16; ++p) {
+      const int i = 2 * p, row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (t % 4);
+      const uint32_t want = uint32_t(col * 64 + row) | (uint32_t((col + 1) * 64 + row) << 16);  // (T[col][row], T[col + 1][row])
+      EXPECT_EQ(l[t * 16 + p], want) << "thread " << t << ", pair " << p;
+    }
 }
 
 TEST_F(Wgmma, StmatrixAndLdmatrixFollowTheFragment) {
