@@ -32,7 +32,7 @@
 //   Xᵀ, Vnewᵀ, Wᵀ and Sᵀ never go through shared memory; the per-token factors are per column.
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
 //   The inputs are loaded two (whole head) or three (half head) chunks ahead, into the input slot the
-//   state warpgroups have just finished with: one thread issues the TMA boxes of Q, K and V (tensor
+//   state warpgroups have just finished with: one warp issues the TMA boxes of Q, K and V (tensor
 //   maps made at launch), warpgroup 0 copies the raw gates (cp.async), all counted by the slot's
 //   mbarrier, so the load overlaps the auxiliary warpgroup's work and costs the state warpgroups a
 //   few instructions. The auxiliary warpgroup zeroes the rows past a sequence's end in its last chunk
@@ -187,22 +187,24 @@ __device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t* pairs)
     kernels::split_bf16x2(x[i], x[i + 1], hi, pairs[i / 2]);
   }
 }
-// The tensor maps of q, k and v, made on the host for each launch (launch() below): each is a 4-d
-// view {8 elements, tokens, 16 pieces of 8, heads} of a [T, heads, 128] bf16 tensor, so that one box
-// {8, 64 tokens, n pieces, 1 head} lands as n pieces of 64 rows x 16 bytes: the piece-major layout of
-// kernels/wgmma.cuh. Rows past T come as zeros.
+// The tensor maps of q, k and v, made on the host for each launch (launch() below): each views a
+// [T, heads, 128] bf16 tensor as {8 elements, 16 pieces, heads, tokens}, and one box {8, 1, 1, 64}
+// is one piece of 64 tokens, 64 rows x 16 bytes: a piece of the piece-major layout of
+// kernels/wgmma.cuh. (A box of several pieces would need the tokens' stride inside the pieces' in the
+// map's order.) Rows past T come as zeros.
 struct InputMaps {
   CUtensorMap q, k, v;
 };
+constexpr int kPieceBytes = kChunk * 16;
 
-__device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* map, int piece, int64_t t0, int head,
-                                             uint64_t* bar) {
+__device__ __forceinline__ void tma_load_piece(void* smem_dst, const CUtensorMap* map, int piece, int head, int64_t t0,
+                                               uint64_t* bar) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
       "[%6];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(int(t0)), "r"(piece), "r"(head), "r"(at)
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(piece), "r"(head), "r"(int(t0)), "r"(at)
       : "memory");
 }
 // The barrier's current phase also waits for `bytes` more of asynchronous copies (no arrival).
@@ -216,7 +218,7 @@ __device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void zero_rows_past(unsigned char* tile, int pieces, int len, int t) {
   for (int i = t; i < pieces * kChunk; i += kWarpgroup) {
     const int piece = i / kChunk, row = i % kChunk;
-    if (row >= len) *reinterpret_cast<uint4*>(tile + piece * kChunk * 16 + row * 16) = make_uint4(0, 0, 0, 0);
+    if (row >= len) *reinterpret_cast<uint4*>(tile + piece * kPieceBytes + row * 16) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -279,20 +281,25 @@ struct Stage {
   }
 };
 
-// The loads of one chunk's inputs into its slot, by state warpgroup 0: its thread 0 issues the boxes
-// of Q, K and the V tiles (TMA, counted in bytes on the slot's barrier); thread t < 64 copies row t of
-// the raw g, t >= 64 row t - 64 of beta (cp.async, zeros past len); then each of its threads arrives
-// on the barrier, whose phase completes when the boxes and every thread's copies have landed.
+// The loads of one chunk's inputs into its slot, by state warpgroup 0: its first warp issues the 16
+// pieces of Q, the 16 of K and the 8 of each V tile (TMA, lane l pieces l and l + 32; counted in bytes
+// on the slot's barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta
+// (cp.async, zeros past len); then each of its threads arrives on the barrier, whose phase completes
+// when the pieces and every thread's copies have landed.
 template <typename C>
 __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const InputMaps& maps,
                                                  const Stage<C>& st, uint64_t* landed, int64_t t0, int len,
                                                  int head, int key_head, int v0, int t) {
-  if (t == 0) {
+  if (t < 32) {
+    constexpr int kQkPieces = kHeadDim / 8, kPieces = 2 * kQkPieces + C::kGroups * kTileV / 8;
+    if (t == 0) mbarrier_expect_bytes(landed, uint32_t(kPieces * kPieceBytes));
+    __syncwarp();
     wg::fence_async_shared();  // the slot's earlier reads by this thread, before the async proxy writes
-    mbarrier_expect_bytes(landed, uint32_t(2 * kQkBytes + C::kGroups * kVBytes));
-    tma_load_box(st.q, &maps.q, 0, t0, key_head, landed);
-    tma_load_box(st.k, &maps.k, 0, t0, key_head, landed);
-    tma_load_box(st.v, &maps.v, v0 / 8, t0, head, landed);
+    for (int i = t; i < kPieces; i += 32) {
+      if (i < kQkPieces) tma_load_piece(st.q + i * kPieceBytes, &maps.q, i, key_head, t0, landed);
+      else if (i < 2 * kQkPieces) tma_load_piece(st.k + (i - kQkPieces) * kPieceBytes, &maps.k, i - kQkPieces, key_head, t0, landed);
+      else tma_load_piece(st.v + (i - 2 * kQkPieces) * kPieceBytes, &maps.v, v0 / 8 + i - 2 * kQkPieces, head, t0, landed);
+    }
   }
   const int Hv = args.geometry.num_v_heads;
   const int r = t % kChunk;
@@ -331,7 +338,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
       const unsigned char* row = tile + wg::piece_offset(r, 0, kChunk);
 #pragma unroll
       for (int part = 0; part < kHeadDim / 8; ++part) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kChunk * 16);
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kPieceBytes);
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -637,14 +644,14 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// The map of a [tokens, heads, 128] bf16 tensor as {8 elements, tokens, 16 pieces, heads}, boxes of
-// {8, 64 tokens, `pieces`, 1}.
-bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int heads, int pieces) {
+// The map of a [tokens, heads, 128] bf16 tensor as {8 elements, 16 pieces, heads, tokens}, boxes of
+// {8, 1, 1, 64 tokens}.
+bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int heads) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
-  const cuuint64_t dims[4] = {8, cuuint64_t(tokens), kHeadDim / 8, cuuint64_t(heads)};
-  const cuuint64_t strides[3] = {cuuint64_t(heads) * kHeadDim * 2, 16, kHeadDim * 2};  // bytes, dims 1..3
-  const cuuint32_t box[4] = {8, kChunk, cuuint32_t(pieces), 1};
+  const cuuint64_t dims[4] = {8, kHeadDim / 8, cuuint64_t(heads), cuuint64_t(tokens)};
+  const cuuint64_t strides[3] = {16, kHeadDim * 2, cuuint64_t(heads) * kHeadDim * 2};  // bytes, dims 1..3
+  const cuuint32_t box[4] = {8, 1, 1, kChunk};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(data), dims, strides, box,
                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -658,9 +665,9 @@ int launch(const di_gdn_prefill_args& a, di_gdn_stream stream) {
   // A batch of zero-length sequences reads no input: its maps stay empty.
   InputMaps maps{};
   if (a.total_tokens > 0 &&
-      !(encode_input_map(maps.q, a.q, a.total_tokens, a.geometry.num_k_heads, kHeadDim / 8) &&
-        encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads, kHeadDim / 8) &&
-        encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads, C::kGroups * kTileV / 8)))
+      !(encode_input_map(maps.q, a.q, a.total_tokens, a.geometry.num_k_heads) &&
+        encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads) &&
+        encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads)))
     return DI_GDN_LAUNCH_FAILED;
   if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(C::kSmemBytes)) != cudaSuccess)
