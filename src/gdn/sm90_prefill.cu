@@ -105,8 +105,8 @@ constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 //   groups == 1: half a head, twice the CTAs, each with a whole SM: for launches of fewer (sequence,
 //   head) pairs than half the SMs, where CTAs would otherwise be idle SMs.
 // Chunk c's inputs (Q, K, V by TMA, the raw gates by cp.async) land in input slot c % slots, issued
-// by state warpgroup 0 when the state warpgroups are done with chunk c - slots; its gate-side products go to stage c % 2.
-// The state warpgroups read both.
+// by state warpgroup 0 when the state warpgroups are done with chunk c - slots; its gate-side
+// products go to stage c % 2. The state warpgroups read both.
 template <int groups>
 struct Config {
   static constexpr int kGroups = groups;
@@ -296,9 +296,13 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
     __syncwarp();
     wg::fence_async_shared();  // the slot's earlier reads by this thread, before the async proxy writes
     for (int i = t; i < kPieces; i += 32) {
-      if (i < kQkPieces) tma_load_piece(st.q + i * kPieceBytes, &maps.q, i, key_head, t0, landed);
-      else if (i < 2 * kQkPieces) tma_load_piece(st.k + (i - kQkPieces) * kPieceBytes, &maps.k, i - kQkPieces, key_head, t0, landed);
-      else tma_load_piece(st.v + (i - 2 * kQkPieces) * kPieceBytes, &maps.v, v0 / 8 + i - 2 * kQkPieces, head, t0, landed);
+      if (i < kQkPieces)
+        tma_load_piece(st.q + i * kPieceBytes, &maps.q, i, key_head, t0, landed);
+      else if (i < 2 * kQkPieces)
+        tma_load_piece(st.k + (i - kQkPieces) * kPieceBytes, &maps.k, i - kQkPieces, key_head, t0, landed);
+      else
+        tma_load_piece(st.v + (i - 2 * kQkPieces) * kPieceBytes, &maps.v, v0 / 8 + i - 2 * kQkPieces, head, t0,
+                       landed);
     }
   }
   const int Hv = args.geometry.num_v_heads;
