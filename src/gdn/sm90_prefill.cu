@@ -31,9 +31,12 @@
 //     state           Sᵀ += W_hiᵀ K + W_loᵀ K   64 x (128 = 2 x 64) x 64 (four)
 //   Xᵀ, Vnewᵀ, Wᵀ and Sᵀ never go through shared memory; the per-token factors are per column.
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
-//   The inputs (Q, K, V, the raw gates) are loaded by the state warpgroups two (whole head) or three
-//   (half head) chunks ahead, into the input slot they have just finished with (cp.async, counted by
-//   an mbarrier the auxiliary warpgroup waits on), so the load overlaps the auxiliary warpgroup's work.
+//   The inputs are loaded two (whole head) or three (half head) chunks ahead, into the input slot the
+//   state warpgroups have just finished with: one warp issues the TMA boxes of Q, K and V (tensor
+//   maps made at launch), warpgroup 0 copies the raw gates (cp.async), all counted by the slot's
+//   mbarrier, so the load overlaps the auxiliary warpgroup's work and costs the state warpgroups a
+//   few instructions. The auxiliary warpgroup zeroes the rows past a sequence's end in its last chunk
+//   (the boxes bring the next sequence's tokens there; past the last token they bring zeros).
 //   Shared memory 185,472 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
 //   two output staging tiles, the f32 inverse), 202,368 for half a head (three input slots of
 //   41,472): one CTA per SM.
@@ -44,10 +47,11 @@
 // changed no error statistic, splitting W took the state's max error from 4.4e-3 to 2.3e-3 and
 // splitting X as well to 1.6e-5 (docs/benchmarks/gdn-sm90.md). An S split would double K S and Q S
 // on the state warpgroups' chain.
-// Operands in shared memory use the no-swizzle canonical layout of kernels/wgmma.cuh: the inputs as
-// loaded (K and Q tiles are the K-major B operands of (K S)ᵀ and (Q S)ᵀ; the K tile read MN-major is
-// the B operand of the state update), the auxiliary warpgroup's P and Tinv [i][j] tiles (K-major B
-// operands of the transposed products as they are). V reaches the registers transposed (ldmatrix
+// Operands in shared memory use the no-swizzle layouts of kernels/wgmma.cuh: the inputs in the
+// piece-major layout the boxes write (K and Q tiles are the K-major operands of the Gram products and
+// the B operands of (K S)ᵀ and (Q S)ᵀ; the K tile read MN-major is the B operand of the state update),
+// the auxiliary warpgroup's P and Tinv [i][j] tiles in the core-matrix layout (K-major B operands of
+// the transposed products as they are). V reaches the registers transposed (ldmatrix
 // .trans) and the output leaves through a staging tile (stmatrix .trans) as 16-byte pieces of whole
 // rows. No atomics, no scratch, no host synchronisation.
 //
@@ -57,8 +61,10 @@
 // (GDN_KERNELS.md 9.1); the hi/lo splits add 5.2 MFLOP.
 #include "gdn/sm90_prefill.h"
 
+#include <cuda.h>  // CUtensorMap; the encoder is reached through the runtime (no link to libcuda)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 
@@ -72,7 +78,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 namespace wg = kernels::wgmma;
-using kernels::cp_async_16;
 
 constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
@@ -99,9 +104,9 @@ constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 //   groups == 2: the whole head; the Gram products and the inverse are made once per head.
 //   groups == 1: half a head, twice the CTAs, each with a whole SM: for launches of fewer (sequence,
 //   head) pairs than half the SMs, where CTAs would otherwise be idle SMs.
-// Chunk c's inputs (Q, K, V and the raw gates, cp.async) land in input slot c % slots, issued by the
-// state warpgroups when they are done with chunk c - slots; its gate-side products go to stage c % 2.
-// The state warpgroups read both.
+// Chunk c's inputs (Q, K, V by TMA, the raw gates by cp.async) land in input slot c % slots, issued
+// by state warpgroup 0 when the state warpgroups are done with chunk c - slots; its gate-side
+// products go to stage c % 2. The state warpgroups read both.
 template <int groups>
 struct Config {
   static constexpr int kGroups = groups;
@@ -182,38 +187,38 @@ __device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t* pairs)
     kernels::split_bf16x2(x[i], x[i + 1], hi, pairs[i / 2]);
   }
 }
-// Rows [t0, t0 + len) of one head of q or k ([T, heads, 128] bf16) into a 64 x 128 operand tile;
-// rows past len are zeros. Thread tid (of a warpgroup) copies 16-byte piece tid / 8 of rows
-// tid % 8 + 8 e: the eight lanes of each store phase fill the eight rows of one core matrix, 128
-// contiguous bytes (lanes on the pieces of one row would all hit the same four banks: 8-way
-// conflicts), and a warp reads 64 contiguous bytes of each of 8 rows.
-__device__ __forceinline__ void load_qk_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
-                                              int head, int tid) {
-  const int row0 = tid % 8, part = tid / 8;
-  unsigned char* dst = tile + wg::operand_offset(row0, part * 8, kHeadDim);
-  const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + part * 8;
-  const int64_t step = int64_t(8) * heads * kHeadDim;  // 8 rows further
-#pragma unroll
-  for (int e = 0; e < kChunk / 8; ++e) {
-    const bool valid = row0 + 8 * e < len;  // 8 rows further = one core-matrix row of the tile further
-    cp_async_16(dst + e * (kHeadDim / 8) * wg::kCoreBytes, valid ? from + e * step : src, valid ? 16 : 0);
-  }
+// The tensor maps of q, k and v, made on the host for each launch (launch() below): each views a
+// [T, heads, 128] bf16 tensor as {8 elements, 16 pieces, heads, tokens}, and one box {8, 1, 1, 64}
+// is one piece of 64 tokens, 64 rows x 16 bytes: a piece of the piece-major layout of
+// kernels/wgmma.cuh. (A box of several pieces would need the tokens' stride inside the pieces' in the
+// map's order.) Rows past T come as zeros.
+struct InputMaps {
+  CUtensorMap q, k, v;
+};
+constexpr int kPieceBytes = kChunk * 16;
+
+__device__ __forceinline__ void tma_load_piece(void* smem_dst, const CUtensorMap* map, int piece, int head, int64_t t0,
+                                               uint64_t* bar) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(piece), "r"(head), "r"(int(t0)), "r"(at)
+      : "memory");
+}
+// The barrier's current phase also waits for `bytes` more of asynchronous copies (no arrival).
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(at), "r"(bytes) : "memory");
 }
 
-// Rows [t0, t0 + len) of the tile's 64 value columns ([T, heads, 128] bf16, from column v0) into a
-// [64 tokens][64 values] tile in the operand layout (so that the state warpgroup's fragment reads are
-// free of bank conflicts, and X and Vnew can take its place). Thread tid copies piece (tid / 8) % 8 of
-// rows tid % 8 + 8 (tid / 64) + 16 e: a core matrix per store phase, as load_qk_async.
-__device__ __forceinline__ void load_v_async(unsigned char* tile, const bf16* src, int64_t t0, int len, int heads,
-                                             int head, int v0, int tid) {
-  const int row0 = tid % 8 + 8 * (tid / 64), part = (tid / 8) % 8;
-  const bf16* from = src + ((t0 + row0) * heads + head) * kHeadDim + v0 + part * 8;
-  const int64_t step = int64_t(16) * heads * kHeadDim;  // 16 rows further
-#pragma unroll
-  for (int e = 0; e < kChunk / 16; ++e) {
-    const int row = row0 + 16 * e;
-    const bool valid = row < len;
-    cp_async_16(tile + wg::operand_offset(row, part * 8, kTileV), valid ? from + e * step : src, valid ? 16 : 0);
+// Zeros in rows [len, 64) of a piece-major tile of `pieces` pieces (thread t of a warpgroup): the rows
+// past a sequence's end, which the box brought from the next sequence.
+__device__ __forceinline__ void zero_rows_past(unsigned char* tile, int pieces, int len, int t) {
+  for (int i = t; i < pieces * kChunk; i += kWarpgroup) {
+    const int piece = i / kChunk, row = i % kChunk;
+    if (row >= len) *reinterpret_cast<uint4*>(tile + piece * kPieceBytes + row * 16) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -276,26 +281,36 @@ struct Stage {
   }
 };
 
-// The loads (cp.async) of one chunk's inputs into its slot, by the state warpgroups (thread t of
-// warpgroup w, whose value columns start at v0): warpgroup 0 loads Q and the raw gates (thread t < 64
-// row t of g, t >= 64 row t - 64 of beta; zeros past len), warpgroup 1 (warpgroup 0 when it is the
-// only one) K, each its tile of V; then each thread's arrival on the slot's barrier, which completes
-// when every state thread's copies have landed.
+// The loads of one chunk's inputs into its slot, by state warpgroup 0: its first warp issues the 16
+// pieces of Q, the 16 of K and the 8 of each V tile (TMA, lane l pieces l and l + 32; counted in bytes
+// on the slot's barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta
+// (cp.async, zeros past len); then each of its threads arrives on the barrier, whose phase completes
+// when the pieces and every thread's copies have landed.
 template <typename C>
-__device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const Stage<C>& st,
-                                                 uint64_t* landed, int64_t t0, int len, int head, int key_head,
-                                                 int w, int v0, int t) {
-  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  if (w == 0) {
-    load_qk_async(st.q, static_cast<const bf16*>(args.q), t0, len, Hk, key_head, t);
-    const int r = t % kChunk;
-    const float* src = t < kChunk ? args.g : args.beta;
-    const bool valid = r < len;
-    kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
-                        valid ? 4 : 0);
+__device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const InputMaps& maps,
+                                                 const Stage<C>& st, uint64_t* landed, int64_t t0, int len,
+                                                 int head, int key_head, int v0, int t) {
+  if (t < 32) {
+    constexpr int kQkPieces = kHeadDim / 8, kPieces = 2 * kQkPieces + C::kGroups * kTileV / 8;
+    if (t == 0) mbarrier_expect_bytes(landed, uint32_t(kPieces * kPieceBytes));
+    __syncwarp();
+    wg::fence_async_shared();  // the slot's earlier reads by this thread, before the async proxy writes
+    for (int i = t; i < kPieces; i += 32) {
+      if (i < kQkPieces)
+        tma_load_piece(st.q + i * kPieceBytes, &maps.q, i, key_head, t0, landed);
+      else if (i < 2 * kQkPieces)
+        tma_load_piece(st.k + (i - kQkPieces) * kPieceBytes, &maps.k, i - kQkPieces, key_head, t0, landed);
+      else
+        tma_load_piece(st.v + (i - 2 * kQkPieces) * kPieceBytes, &maps.v, v0 / 8 + i - 2 * kQkPieces, head, t0,
+                       landed);
+    }
   }
-  if (w == C::kGroups - 1) load_qk_async(st.k, static_cast<const bf16*>(args.k), t0, len, Hk, key_head, t);
-  load_v_async(st.v + w * kVBytes, static_cast<const bf16*>(args.v), t0, len, Hv, head, v0, t);
+  const int Hv = args.geometry.num_v_heads;
+  const int r = t % kChunk;
+  const float* src = t < kChunk ? args.g : args.beta;
+  const bool valid = r < len;
+  kernels::cp_async_4((t < kChunk ? st.g_raw : st.beta_raw) + r, valid ? src + (t0 + r) * Hv + head : src,
+                      valid ? 4 : 0);
   kernels::cp_async_arrive(landed);
 }
 
@@ -306,6 +321,12 @@ template <typename C>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, float* inv_s,
                                               int len, int t) {
   const wg::Fragment frag(t);
+  if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
+    zero_rows_past(st.q, kHeadDim / 8, len, t);
+    zero_rows_past(st.k, kHeadDim / 8, len, t);
+    zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
+    AuxSync::sync();
+  }
   if (t < 32)
     chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
                 st.beta, st.exp_G, st.tail);
@@ -318,10 +339,10 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     float inv = 1.0f;
     if ((args.flags & DI_GDN_QK_L2NORM) != 0) {
       float sum = 0.f;
-      const unsigned char* row = tile + wg::operand_offset(r, 0, kHeadDim);
+      const unsigned char* row = tile + wg::piece_offset(r, 0, kChunk);
 #pragma unroll
       for (int part = 0; part < kHeadDim / 8; ++part) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * wg::kCoreBytes);
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kPieceBytes);
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -333,7 +354,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     }
     (t < kChunk ? st.q_inv : st.k_inv)[r] = inv;
   }
-  wg::fence_async_shared();  // the cp.async-written tiles, before wgmma reads them
+  wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
   AuxSync::sync();
 
   // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L in f32 for the inverse.
@@ -341,8 +362,9 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     float qk[32], kk[32];
     zero(qk), zero(kk);
     wg::wgmma_fence();
-    wg::mma_m64n64<kHeadDim>(qk, st.q, st.k, false);
-    wg::mma_m64n64<kHeadDim>(kk, st.k, st.k, false);
+    const auto q_op = wg::k_major_pieces(st.q, kChunk), k_op = wg::k_major_pieces(st.k, kChunk);
+    wg::mma<kHeadDim>(qk, q_op, k_op, false);
+    wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
@@ -410,7 +432,8 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 }
 
 template <typename C>
-__global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args) {
+__global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args,
+                                                                          const __grid_constant__ InputMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
   float* const inv_s = reinterpret_cast<float*>(smem + C::kOffInv);  // [64][kInvStride]
@@ -430,7 +453,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   };
 
   if (threadIdx.x == 0)
-    for (int slot = 0; slot < C::kInputSlots; ++slot) kernels::mbarrier_init(landed + slot, C::kStateThreads);
+    for (int slot = 0; slot < C::kInputSlots; ++slot) kernels::mbarrier_init(landed + slot, kWarpgroup);
   __syncthreads();
 
   if (threadIdx.x >= C::kStateThreads) {
@@ -459,8 +482,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   const int64_t state_base = (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
   const bool kv_layout = args.state_layout == DI_GDN_STATE_KV;
   auto load_chunk = [&](int chunk) {
-    load_chunk_async<C>(args, Stage<C>(smem, chunk), landed + chunk % C::kInputSlots,
-                        seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head, key_head, w, v0, tid);
+    if (w == 0)
+      load_chunk_async<C>(args, maps, Stage<C>(smem, chunk), landed + chunk % C::kInputSlots,
+                          seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head, key_head, v0, tid);
   };
   for (int chunk = 0; chunk < C::kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
 
@@ -490,6 +514,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
     bar_sync<C>(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
+    // Already complete (the auxiliary warpgroup waited on it): the boxes' writes are visible here too.
+    kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
 
     // ---- (K S)ᵀ = Sᵀ Kᵀ and (Q S)ᵀ = Sᵀ Qᵀ: A = Sᵀ in bf16 from the state's own registers (the pairs of
     // its two 64-key tiles are the k16 steps 0..3 and 4..7), B = the K and Q tiles as loaded.
@@ -500,8 +526,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       pack_pairs(state[1], s_pairs + 16);
       zero(ks), zero(qs);
       wg::wgmma_fence();
-      wg::mma_rs<kHeadDim>(ks, s_pairs, wg::k_major(st.k, kHeadDim), false);
-      wg::mma_rs<kHeadDim>(qs, s_pairs, wg::k_major(st.q, kHeadDim), false);
+      wg::mma_rs<kHeadDim>(ks, s_pairs, wg::k_major_pieces(st.k, kChunk), false);
+      wg::mma_rs<kHeadDim>(qs, s_pairs, wg::k_major_pieces(st.q, kChunk), false);
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
     }
@@ -513,7 +539,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     uint32_t x_hi[16], x_lo[16];
     {
       uint32_t v_pairs[16];
-      frag.load_pairs_transposed(st.v + w * kVBytes, kTileV, v_pairs);
+      frag.load_pairs_transposed_pieces(st.v + w * kVBytes, kChunk, v_pairs);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int c = frag.col(i);  // tokens c, c + 1
@@ -565,8 +591,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
 #pragma unroll
       for (int i = 0; i < 32; ++i) state[half][i] *= chunk_decay;
     const auto p_op = wg::k_major(st.p, kChunk);
-    const auto k_keys_lo = wg::mn_major(st.k, kHeadDim),
-               k_keys_hi = wg::mn_major(st.k + wg::operand_offset(0, 64, kHeadDim), kHeadDim);
+    const auto k_keys_lo = wg::mn_major_pieces(st.k, kChunk),
+               k_keys_hi = wg::mn_major_pieces(st.k + wg::piece_offset(0, 64, kChunk), kChunk);
     wg::wgmma_fence();
     wg::mma_rs<kChunk>(state[0], w_hi, k_keys_lo, true);
     wg::mma_rs<kChunk>(state[1], w_hi, k_keys_hi, true);
@@ -608,14 +634,49 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
 // ---------------------------------------------------------------------------------------------
 // The ABI entry points.
 
+// cuTensorMapEncodeTiled, from the driver the runtime has loaded.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// The map of a [tokens, heads, 128] bf16 tensor as {8 elements, 16 pieces, heads, tokens}, boxes of
+// {8, 1, 1, 64 tokens}.
+bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int heads) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[4] = {8, kHeadDim / 8, cuuint64_t(heads), cuuint64_t(tokens)};
+  const cuuint64_t strides[3] = {16, kHeadDim * 2, cuuint64_t(heads) * kHeadDim * 2};  // bytes, dims 1..3
+  const cuuint32_t box[4] = {8, 1, 1, kChunk};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(data), dims, strides, box,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename C>
 int launch(const di_gdn_prefill_args& a, di_gdn_stream stream) {
   const int64_t ctas = int64_t(a.num_seqs) * a.geometry.num_v_heads * C::kTilesPerHead;
   if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
+  // A batch of zero-length sequences reads no input: its maps stay empty.
+  InputMaps maps{};
+  if (a.total_tokens > 0 &&
+      !(encode_input_map(maps.q, a.q, a.total_tokens, a.geometry.num_k_heads) &&
+        encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads) &&
+        encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads)))
+    return DI_GDN_LAUNCH_FAILED;
   if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(C::kSmemBytes)) != cudaSuccess)
     return DI_GDN_LAUNCH_FAILED;
-  gdn_sm90_prefill_kernel<C><<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a);
+  gdn_sm90_prefill_kernel<C><<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a, maps);
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
 }
 
@@ -644,12 +705,13 @@ int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratc
   if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
-  // Vector accesses: q, k, v by 16 bytes (cp.async), out by 16, the state pools by 8.
+  // Vector accesses: q, k, v by 16 bytes (the tensor maps' boxes), out by 16, the state pools by 8.
   if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16) || !aligned(a.out, 16) ||
       !aligned(a.initial_state, 8) || !aligned(a.final_state, 8))
     return DI_GDN_INVALID_ARGUMENT;
   if (check_geometry("sm90", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
   if (a.num_seqs == 0) return DI_GDN_OK;
+  if (a.total_tokens > INT32_MAX) return DI_GDN_UNSUPPORTED;  // a tensor map's coordinates are int32
 
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;

@@ -65,6 +65,23 @@ __device__ __forceinline__ Operand<true> mn_major(const void* tile, int width) {
   return {descriptor(tile, uint32_t(width) * 16, kCoreBytes), uint32_t(width) * 2};
 }
 
+// The piece-major layout: what a TMA box {8 elements, R rows, pieces} writes. A tile of R rows by Kd
+// contraction elements is stored as Kd / 8 "pieces" of R rows x 16 bytes, one after the other:
+//     byte offset of (r, k) = (k / 8) * R * 16 + r * 16 + (k % 8) * 2
+// Its core matrices are still 128 contiguous bytes, now following each other along the rows first:
+// read K-major, the leading byte offset (next core matrix along K) is R * 16 and the stride byte
+// offset (next 8 rows) 128, a k16 step R * 32 bytes; read MN-major (rows = contraction, pieces = M/N),
+// the next 8 contraction rows are 128 bytes further, the next 8 M/N elements R * 16, a k16 step 256.
+__device__ __forceinline__ constexpr uint32_t piece_offset(int r, int k, int rows) {
+  return uint32_t((k >> 3) * rows * 16 + r * 16 + (k & 7) * 2);
+}
+__device__ __forceinline__ Operand<false> k_major_pieces(const void* tile, int rows) {
+  return {descriptor(tile, uint32_t(rows) * 16, kCoreBytes), uint32_t(rows) * 2};
+}
+__device__ __forceinline__ Operand<true> mn_major_pieces(const void* tile, int rows) {
+  return {descriptor(tile, kCoreBytes, uint32_t(rows) * 16), 16};
+}
+
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -206,6 +223,19 @@ struct Fragment {
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(pairs[4 * k]), "=r"(pairs[4 * k + 1]), "=r"(pairs[4 * k + 2]), "=r"(pairs[4 * k + 3])
                    : "r"(base + uint32_t(k * 2 * (kd / 8) * kCoreBytes))
+                   : "memory");
+  }
+  // The same pairs from a tile T in the piece-major layout (piece_offset(r, c, rows)): block (j, h)'s row
+  // l % 8 is T's row 8 j + l % 8 in piece 2 w + h, 16 contiguous bytes.
+  __device__ __forceinline__ void load_pairs_transposed_pieces(const void* tile, int rows, uint32_t (&pairs)[16]) const {
+    const int m = lane / 8;
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile)) +
+                          uint32_t((2 * warp + (m & 1)) * rows * 16 + (8 * (m >> 1) + lane % 8) * 16);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(pairs[4 * k]), "=r"(pairs[4 * k + 1]), "=r"(pairs[4 * k + 2]), "=r"(pairs[4 * k + 3])
+                   : "r"(base + uint32_t(k * 16 * 16))
                    : "memory");
   }
   // (col(i), row(i) + row_shift) in an operand whose contraction is kd.

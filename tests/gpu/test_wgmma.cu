@@ -1,6 +1,6 @@
 // The wgmma building blocks of kernels/wgmma.cuh on their own: the operand layout and descriptor
 // (one 64 x 64 x kd product against a host GEMM of the same bf16 values, exact up to f32 summation
-// order), with A from registers too, and the fragment offsets (every element's direct and transposed
+// order), in the core-matrix and the piece-major (TMA box) layouts, with A from registers too, and the fragment offsets (every element's direct and transposed
 // offset equals the layout formula; ldmatrix .trans reads the transposed fragment). A failure here localises a wrong descriptor before it shows up as a wrong GDN state.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
@@ -26,26 +26,30 @@ using di::testing::seed_trace;
 // D = A Bᵀ for row-major A [64][kd] and B [64][kd] (bf16), D row-major [64][64] f32. One warpgroup.
 // K-major operands are stored as [64][kd] tiles; an MN-major A as rows 64..127 of a [kd][128] tile
 // (the sm90 kernel's Kᵀ read from its K tile), an MN-major B as a [kd][64] tile.
-template <int kd, bool a_mn, bool b_mn>
+// With `pieces` (both K-major): A and B as piece-major [64][kd] tiles (the Gram products of Q and K).
+template <int kd, bool a_mn, bool b_mn, bool pieces = false>
 __global__ void gemm_abt_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d, int accumulate_twice) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!pieces || (!a_mn && !b_mn), "piece-major operands are tested K-major here");
   __shared__ __align__(128) unsigned char a_s[(a_mn ? 128 : 64) * kd * 2];
   __shared__ __align__(128) unsigned char b_s[64 * kd * 2];
   for (int e = threadIdx.x; e < 64 * kd; e += blockDim.x) {
     const int r = e / kd, k = e % kd;
-    *reinterpret_cast<__nv_bfloat16*>(a_s + (a_mn ? wg::operand_offset(k, 64 + r, 128) : wg::operand_offset(r, k, kd))) = a[e];
-    *reinterpret_cast<__nv_bfloat16*>(b_s + (b_mn ? wg::operand_offset(k, r, 64) : wg::operand_offset(r, k, kd))) = b[e];
+    *reinterpret_cast<__nv_bfloat16*>(a_s + (pieces ? wg::piece_offset(r, k, 64) : a_mn ? wg::operand_offset(k, 64 + r, 128) : wg::operand_offset(r, k, kd))) = a[e];
+    *reinterpret_cast<__nv_bfloat16*>(b_s + (pieces ? wg::piece_offset(r, k, 64) : b_mn ? wg::operand_offset(k, r, 64) : wg::operand_offset(r, k, kd))) = b[e];
   }
   wg::fence_async_shared();
   __syncthreads();
   float acc[32];
   for (float& x : acc) x = 0.f;
   const auto op_a = [&] {
-    if constexpr (a_mn) return wg::mn_major(a_s + wg::operand_offset(0, 64, 128), 128);
+    if constexpr (pieces) return wg::k_major_pieces(a_s, 64);
+    else if constexpr (a_mn) return wg::mn_major(a_s + wg::operand_offset(0, 64, 128), 128);
     else return wg::k_major(a_s, kd);
   }();
   const auto op_b = [&] {
-    if constexpr (b_mn) return wg::mn_major(b_s, 64);
+    if constexpr (pieces) return wg::k_major_pieces(b_s, 64);
+    else if constexpr (b_mn) return wg::mn_major(b_s, 64);
     else return wg::k_major(b_s, kd);
   }();
   wg::wgmma_fence();
@@ -97,13 +101,18 @@ __global__ void store_pairs_kernel(uint32_t* by_stmatrix, uint32_t* by_pairs, ui
 // D = A Bᵀ with A from registers, as the sm90 kernel's transposed products take it: each thread packs
 // its fragment of A ([64][kd] row-major, 64 columns per accumulator-shaped block) into bf16 pairs, and
 // wgmma reads them as the A operand (mma_rs); B is stored as in gemm_abt_kernel.
-template <int kd, bool b_mn>
+// With `pieces`, B is in the piece-major layout as the sm90 kernel's K tile [64 tokens][128 keys]:
+// K-major, B [64][kd] is the tile's rows (kd = 128); MN-major, B's row n is key 64 + n of a [64][128]
+// tile, the contraction along its 64 rows (the state update's keys 64 .. 127).
+template <int kd, bool b_mn, bool pieces = false>
 __global__ void gemm_rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __shared__ __align__(128) unsigned char b_s[64 * kd * 2];
+  __shared__ __align__(128) unsigned char b_s[(pieces && b_mn ? 128 : 64) * kd * 2];
   for (int e = threadIdx.x; e < 64 * kd; e += blockDim.x) {
     const int r = e / kd, k = e % kd;
-    *reinterpret_cast<__nv_bfloat16*>(b_s + (b_mn ? wg::operand_offset(k, r, 64) : wg::operand_offset(r, k, kd))) = b[e];
+    const uint32_t at = pieces ? (b_mn ? wg::piece_offset(k, 64 + r, kd) : wg::piece_offset(r, k, 64))
+                               : (b_mn ? wg::operand_offset(k, r, 64) : wg::operand_offset(r, k, kd));
+    *reinterpret_cast<__nv_bfloat16*>(b_s + at) = b[e];
   }
   wg::fence_async_shared();
   __syncthreads();
@@ -117,7 +126,9 @@ __global__ void gemm_rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, f
   float acc[32];
   for (float& x : acc) x = 0.f;
   const auto op_b = [&] {
-    if constexpr (b_mn) return wg::mn_major(b_s, 64);
+    if constexpr (pieces && b_mn) return wg::mn_major_pieces(b_s + wg::piece_offset(0, 64, kd), kd);
+    else if constexpr (pieces) return wg::k_major_pieces(b_s, 64);
+    else if constexpr (b_mn) return wg::mn_major(b_s, 64);
     else return wg::k_major(b_s, kd);
   }();
   wg::wgmma_fence();
@@ -131,14 +142,18 @@ __global__ void gemm_rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, f
 
 // What Fragment::load_pairs_transposed reads from a [64][64] tile whose element (r, c) holds the tag
 // 64 r + c: loaded[t * 16 + p] for thread t's pair p.
+// With `pieces`, from the piece-major tile by load_pairs_transposed_pieces (the sm90 kernel's V tile).
+template <bool pieces>
 __global__ void transposed_pairs_kernel(uint32_t* loaded) {
   __shared__ __align__(128) unsigned char tile[64 * 64 * 2];
   for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x)
-    *reinterpret_cast<uint16_t*>(tile + wg::operand_offset(e / 64, e % 64, 64)) = uint16_t(e);
+    *reinterpret_cast<uint16_t*>(tile + (pieces ? wg::piece_offset(e / 64, e % 64, 64)
+                                                : wg::operand_offset(e / 64, e % 64, 64))) = uint16_t(e);
   __syncthreads();
   const wg::Fragment f(threadIdx.x);
   uint32_t pairs[16];
-  f.load_pairs_transposed(tile, 64, pairs);
+  if (pieces) f.load_pairs_transposed_pieces(tile, 64, pairs);
+  else f.load_pairs_transposed(tile, 64, pairs);
   for (int p = 0; p < 16; ++p) loaded[threadIdx.x * 16 + p] = pairs[p];
 }
 
@@ -152,10 +167,10 @@ bool is_hopper() {
 class Wgmma : public di::testing::SeededGpuTest<std::mt19937> {};
 
 // One product per operand layout against a host GEMM of the same bf16 values.
-template <int kd, bool a_mn, bool b_mn>
+template <int kd, bool a_mn, bool b_mn, bool pieces = false>
 void check_product(std::mt19937& rng, cudaStream_t stream) {
   SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A " << (a_mn ? "MN" : "K") << "-major, B "
-                                    << (b_mn ? "MN" : "K") << "-major");
+                                    << (b_mn ? "MN" : "K") << "-major" << (pieces ? ", piece-major tiles" : ""));
   std::normal_distribution<float> normal(0.f, 1.f);
   for (int twice : {0, 1}) {
     std::vector<uint16_t> a(64 * kd), b(64 * kd);
@@ -164,7 +179,7 @@ void check_product(std::mt19937& rng, cudaStream_t stream) {
     cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
     cuda::DeviceBuffer<float> dd(64 * 64);
     dd.fill_bytes(0xFF);
-    gemm_abt_kernel<kd, a_mn, b_mn><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
+    gemm_abt_kernel<kd, a_mn, b_mn, pieces><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
                                                            reinterpret_cast<const __nv_bfloat16*>(db.data()),
                                                            dd.data(), twice);
     DI_CUDA_CHECK(cudaGetLastError());
@@ -201,9 +216,10 @@ TEST_F(Wgmma, MnMajorOperandsMatchHostGemm) {
 }
 
 // A from registers against a host GEMM of the same bf16 values.
-template <int kd, bool b_mn>
+template <int kd, bool b_mn, bool pieces = false>
 void check_register_product(std::mt19937& rng, cudaStream_t stream) {
-  SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A from registers, B " << (b_mn ? "MN" : "K") << "-major");
+  SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A from registers, B " << (b_mn ? "MN" : "K") << "-major"
+                                    << (pieces ? ", piece-major tile" : ""));
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<uint16_t> a(64 * kd), b(64 * kd);
   for (auto& x : a) x = f32_to_bf16(normal(rng));
@@ -211,7 +227,7 @@ void check_register_product(std::mt19937& rng, cudaStream_t stream) {
   cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
   cuda::DeviceBuffer<float> dd(64 * 64);
   dd.fill_bytes(0xFF);
-  gemm_rs_kernel<kd, b_mn><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
+  gemm_rs_kernel<kd, b_mn, pieces><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
                                                   reinterpret_cast<const __nv_bfloat16*>(db.data()), dd.data());
   DI_CUDA_CHECK(cudaGetLastError());
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -235,18 +251,32 @@ TEST_F(Wgmma, RegisterOperandProductMatchesHostGemm) {
   check_register_product<64, true>(rng_, stream_);    // Wᵀ K: B the K tile read MN-major
 }
 
+// The sm90 kernel's input tiles as the tensor maps' boxes write them.
+TEST_F(Wgmma, PieceMajorOperandsMatchHostGemm) {
+  if (!is_hopper()) GTEST_SKIP() << "wgmma needs compute capability 9.0";
+  SCOPED_TRACE(seed_trace(seed_));
+  check_product<128, false, false, true>(rng_, stream_);          // Q Kᵀ, K Kᵀ
+  check_register_product<128, false, true>(rng_, stream_);        // Sᵀ Kᵀ, Sᵀ Qᵀ
+  check_register_product<64, true, true>(rng_, stream_);          // Wᵀ K, keys 64 .. 127
+}
+
 TEST_F(Wgmma, TransposedPairsFollowTheFragment) {
-  cuda::DeviceBuffer<uint32_t> loaded(128 * 16);
-  transposed_pairs_kernel<<<1, 128, 0, stream_>>>(loaded.data());
-  DI_CUDA_CHECK(cudaGetLastError());
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  const std::vector<uint32_t> l = loaded.download();
-  for (int t = 0; t < 128; ++t)
-    for (int p = 0; p < 16; ++p) {
-      const int i = 2 * p, row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (t % 4);
-      const uint32_t want = uint32_t(col * 64 + row) | (uint32_t((col + 1) * 64 + row) << 16);  // (T[col][row], T[col + 1][row])
-      EXPECT_EQ(l[t * 16 + p], want) << "thread " << t << ", pair " << p;
-    }
+  for (const bool pieces : {false, true}) {
+    SCOPED_TRACE(pieces ? "piece-major tile" : "core-matrix tile");
+    cuda::DeviceBuffer<uint32_t> loaded(128 * 16);
+    loaded.fill_bytes(0xFF);
+    if (pieces) transposed_pairs_kernel<true><<<1, 128, 0, stream_>>>(loaded.data());
+    else transposed_pairs_kernel<false><<<1, 128, 0, stream_>>>(loaded.data());
+    DI_CUDA_CHECK(cudaGetLastError());
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<uint32_t> l = loaded.download();
+    for (int t = 0; t < 128; ++t)
+      for (int p = 0; p < 16; ++p) {
+        const int i = 2 * p, row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (t % 4);
+        const uint32_t want = uint32_t(col * 64 + row) | (uint32_t((col + 1) * 64 + row) << 16);  // (T[col][row], T[col + 1][row])
+        EXPECT_EQ(l[t * 16 + p], want) << "thread " << t << ", pair " << p;
+      }
+  }
 }
 
 TEST_F(Wgmma, StmatrixAndLdmatrixFollowTheFragment) {
