@@ -166,6 +166,22 @@ bool is_hopper() {
 
 class Wgmma : public di::testing::SeededGpuTest<std::mt19937> {};
 
+// D [64][64] against `times` the float64 product A Bᵀ of bf16 A and B, both [64][kd]: bf16 products
+// are exact in f32, so only the f32 summation order differs. The first five misses are reported.
+void expect_product(const std::vector<float>& d, const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                    int kd, int times) {
+  int bad = 0;
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double want = 0;
+      for (int k = 0; k < kd; ++k) want += double(bf16_to_f32(a[i * kd + k])) * double(bf16_to_f32(b[j * kd + k]));
+      want *= times;
+      if (!(std::fabs(d[i * 64 + j] - want) <= 1e-4 * (1 + std::fabs(want))) && bad++ < 5)
+        ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * 64 + j] << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
 // One product per operand layout against a host GEMM of the same bf16 values.
 template <int kd, bool a_mn, bool b_mn, bool pieces = false>
 void check_product(std::mt19937& rng, cudaStream_t stream) {
@@ -184,18 +200,8 @@ void check_product(std::mt19937& rng, cudaStream_t stream) {
                                                            dd.data(), twice);
     DI_CUDA_CHECK(cudaGetLastError());
     DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::vector<float> d = dd.download();
-    int bad = 0;
-    for (int i = 0; i < 64; ++i)
-      for (int j = 0; j < 64; ++j) {
-        double want = 0;
-        for (int k = 0; k < kd; ++k) want += double(bf16_to_f32(a[i * kd + k])) * double(bf16_to_f32(b[j * kd + k]));
-        want *= twice ? 2 : 1;
-        // bf16 products are exact in f32; only the f32 summation order differs.
-        if (!(std::fabs(d[i * 64 + j] - want) <= 1e-4 * (1 + std::fabs(want))) && bad++ < 5)
-          ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * 64 + j] << ", want " << want << (twice ? " (accumulated twice)" : "");
-      }
-    EXPECT_EQ(bad, 0);
+    SCOPED_TRACE(twice ? "accumulated twice" : "once");
+    expect_product(dd.download(), a, b, kd, twice ? 2 : 1);
   }
 }
 
@@ -231,16 +237,7 @@ void check_register_product(std::mt19937& rng, cudaStream_t stream) {
                                                   reinterpret_cast<const __nv_bfloat16*>(db.data()), dd.data());
   DI_CUDA_CHECK(cudaGetLastError());
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const std::vector<float> d = dd.download();
-  int bad = 0;
-  for (int i = 0; i < 64; ++i)
-    for (int j = 0; j < 64; ++j) {
-      double want = 0;
-      for (int k = 0; k < kd; ++k) want += double(bf16_to_f32(a[i * kd + k])) * double(bf16_to_f32(b[j * kd + k]));
-      if (!(std::fabs(d[i * 64 + j] - want) <= 1e-4 * (1 + std::fabs(want))) && bad++ < 5)
-        ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * 64 + j] << ", want " << want;
-    }
-  EXPECT_EQ(bad, 0);
+  expect_product(dd.download(), a, b, kd, 1);
 }
 
 TEST_F(Wgmma, RegisterOperandProductMatchesHostGemm) {
