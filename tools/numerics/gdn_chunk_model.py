@@ -31,6 +31,34 @@ def to_f16(x):
     return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
 
 
+def to_tf32(x):
+    """Round to tf32 (10-bit mantissa, nearest, ties away from zero: cvt.rna), returned as float64."""
+    bits = np.asarray(x, np.float32).copy().view(np.uint32)
+    bits += 0x1000
+    bits &= 0xFFFFE000
+    return bits.view(np.float32).astype(np.float64)
+
+
+def blocked_inverse(a, rounding):
+    """(I + L)^-1 as the kernels make it: 16 x 16 diagonal blocks exactly (float32), then merges of
+    adjacent blocks, T_hl = -T_hh (L_hl T_ll), with both products' operands rounded by `rounding`."""
+    n = a.shape[0]
+    t = np.zeros((n, n))
+    for b in range(0, n, 16):
+        e = min(b + 16, n)
+        t[b:e, b:e] = np.linalg.inv(a[b:e, b:e]).astype(np.float32)
+    size = 16
+    while size < n:
+        for b in range(0, n, 2 * size):
+            mid, e = min(b + size, n), min(b + 2 * size, n)
+            if mid >= e:
+                continue
+            y = rounding(a[mid:e, b:mid]) @ rounding(t[b:mid, b:mid])
+            t[mid:e, b:mid] = (-(rounding(t[mid:e, mid:e]) @ rounding(y))).astype(np.float32)
+        size *= 2
+    return t
+
+
 def hi_lo(x, rounding):
     hi = rounding(x)
     return hi, rounding(x - hi)
@@ -110,7 +138,10 @@ def chunked(q, k, v, g, beta, state, scale, forms):
         decay = np.exp(np.minimum(big_g[:, None] - big_g[None, :], 0))
         p = scale * decay * (qc @ kc.T) * np.tril(np.ones((n, n)))
         l_mat = np.tril(bc[:, None] * decay * (kc @ kc.T), -1)
-        t_inv = np.linalg.inv(np.eye(n) + l_mat)
+        if forms.get("inverse") == "tf32 merges":
+            t_inv = blocked_inverse(np.eye(n) + l_mat, to_tf32)
+        else:
+            t_inv = np.linalg.inv(np.eye(n) + l_mat)
         s_op = to_bf16(s)
         x = bc[:, None] * (vc - np.exp(big_g)[:, None] * (kc @ s_op))
         vnew = vnew_product(x, t_inv, forms["vnew"])
@@ -127,6 +158,9 @@ CONFIGURATIONS = {
                            state="bf16 hi+lo"),
     "output in fp16, Vnew from fp16 Tinv": dict(vnew="fp16 Tinv, fp16 hi+lo X, two products",
                                                 output="fp16 P and Vnew, one product", state="bf16 hi+lo"),
+    "the same, merges in one tf32 product": dict(vnew="fp16 Tinv, fp16 hi+lo X, two products",
+                                                 output="fp16 P and Vnew, one product", state="bf16 hi+lo",
+                                                 inverse="tf32 merges"),
     "output in fp16, Vnew from bf16 Tinv": dict(vnew="bf16 Tinv, bf16 hi+lo X, two products",
                                                 output="fp16 P and Vnew, one product", state="bf16 hi+lo"),
     "output in fp16, W single": dict(vnew="bf16 hi+lo, three products", output="fp16 P and Vnew, one product",
