@@ -182,26 +182,36 @@ void expect_product(const std::vector<float>& d, const std::vector<uint16_t>& a,
   EXPECT_EQ(bad, 0);
 }
 
+// A and B [64][kd] drawn N(0, 1) in bf16, on the host and on the device, and the device's D [64][64]
+// poisoned (NaN) before the kernel writes it.
+struct RandomOperands {
+  std::vector<uint16_t> a, b;
+  cuda::DeviceBuffer<uint16_t> da, db;
+  cuda::DeviceBuffer<float> dd{64 * 64};
+  RandomOperands(int kd, std::mt19937& rng) : a(size_t(64) * kd), b(size_t(64) * kd) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (auto& x : a) x = f32_to_bf16(normal(rng));
+    for (auto& x : b) x = f32_to_bf16(normal(rng));
+    da = cuda::DeviceBuffer<uint16_t>{std::span<const uint16_t>(a)};
+    db = cuda::DeviceBuffer<uint16_t>{std::span<const uint16_t>(b)};
+    dd.fill_bytes(0xFF);
+  }
+  const __nv_bfloat16* device_a() const { return reinterpret_cast<const __nv_bfloat16*>(da.data()); }
+  const __nv_bfloat16* device_b() const { return reinterpret_cast<const __nv_bfloat16*>(db.data()); }
+};
+
 // One product per operand layout against a host GEMM of the same bf16 values.
 template <int kd, bool a_mn, bool b_mn, bool pieces = false>
 void check_product(std::mt19937& rng, cudaStream_t stream) {
   SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A " << (a_mn ? "MN" : "K") << "-major, B "
                                     << (b_mn ? "MN" : "K") << "-major" << (pieces ? ", piece-major tiles" : ""));
-  std::normal_distribution<float> normal(0.f, 1.f);
   for (int twice : {0, 1}) {
-    std::vector<uint16_t> a(64 * kd), b(64 * kd);
-    for (auto& x : a) x = f32_to_bf16(normal(rng));
-    for (auto& x : b) x = f32_to_bf16(normal(rng));
-    cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
-    cuda::DeviceBuffer<float> dd(64 * 64);
-    dd.fill_bytes(0xFF);
-    gemm_abt_kernel<kd, a_mn, b_mn, pieces><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
-                                                           reinterpret_cast<const __nv_bfloat16*>(db.data()),
-                                                           dd.data(), twice);
+    RandomOperands ops(kd, rng);
+    gemm_abt_kernel<kd, a_mn, b_mn, pieces><<<1, 128, 0, stream>>>(ops.device_a(), ops.device_b(), ops.dd.data(), twice);
     DI_CUDA_CHECK(cudaGetLastError());
     DI_CUDA_CHECK(cudaStreamSynchronize(stream));
     SCOPED_TRACE(twice ? "accumulated twice" : "once");
-    expect_product(dd.download(), a, b, kd, twice ? 2 : 1);
+    expect_product(ops.dd.download(), ops.a, ops.b, kd, twice ? 2 : 1);
   }
 }
 
@@ -226,18 +236,11 @@ template <int kd, bool b_mn, bool pieces = false>
 void check_register_product(std::mt19937& rng, cudaStream_t stream) {
   SCOPED_TRACE(::testing::Message() << "kd " << kd << ", A from registers, B " << (b_mn ? "MN" : "K") << "-major"
                                     << (pieces ? ", piece-major tile" : ""));
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> a(64 * kd), b(64 * kd);
-  for (auto& x : a) x = f32_to_bf16(normal(rng));
-  for (auto& x : b) x = f32_to_bf16(normal(rng));
-  cuda::DeviceBuffer<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
-  cuda::DeviceBuffer<float> dd(64 * 64);
-  dd.fill_bytes(0xFF);
-  gemm_rs_kernel<kd, b_mn, pieces><<<1, 128, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(da.data()),
-                                                  reinterpret_cast<const __nv_bfloat16*>(db.data()), dd.data());
+  RandomOperands ops(kd, rng);
+  gemm_rs_kernel<kd, b_mn, pieces><<<1, 128, 0, stream>>>(ops.device_a(), ops.device_b(), ops.dd.data());
   DI_CUDA_CHECK(cudaGetLastError());
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  expect_product(dd.download(), a, b, kd, 1);
+  expect_product(ops.dd.download(), ops.a, ops.b, kd, 1);
 }
 
 TEST_F(Wgmma, RegisterOperandProductMatchesHostGemm) {
