@@ -50,6 +50,7 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);
+  if (p.max_blocks < 0) return fmt::format("a cap of {} blocks (0 for none)", p.max_blocks);
   return "";
 }
 
