@@ -159,7 +159,7 @@ __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams
 
 // The block's sums of one tile, added across its warps in warp order (a fixed order: the result is
 // deterministic), and written out with the epilogue's op. Every thread of the block must call it.
-template <int kWeights, int kInputTiles>
+template <int kWeights, int kInputTiles, bool kNextTile>
 __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
                                            const float (&acc)[kWeights][kInputTiles][kFragment]) {
   __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
@@ -218,7 +218,7 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
       }
     }
   }
-  __syncthreads();  // partial and squares are free for the block's next tile
+  if constexpr (kNextTile) __syncthreads();  // partial and squares are free for the block's next tile
 }
 
 // kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
@@ -226,20 +226,27 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
 // the same weights). The loads in flight per thread stay about 128 bytes.
 // kInput: the op ahead, applied to x on the way in.
 //
-// The grid holds no more blocks than fit on the device at once, and each block takes tiles
-// blockIdx.x, + gridDim.x, ... of the `tiles` in all: the first weights of its next tile are in flight
-// while it adds up and stores the one before, so its weight stream does not pause between tiles, an
-// input op is staged once per block rather than once per tile, and the kernel behind (launched early)
-// does not take the slots of a second wave.
+// With two input tiles (9 to 16 rows) the blocks are resident: the grid holds no more than fit on
+// the device at once, and each block takes tiles blockIdx.x, + gridDim.x, ... of the `tiles` in all.
+// The first weights of its next tile are in flight while it adds up and stores the one before, so
+// its weight stream does not pause between tiles, an input op is staged once per block rather than
+// once per tile, and the kernel behind (launched early) does not take the slots of a second wave.
+// With one input tile the kernel runs at three blocks per SM and the loop's registers cost its steps
+// more than the pauses it saves (docs/benchmarks/decode.md): one block per tile.
+template <int kInputTiles>
+constexpr bool kResidentBlocks = kInputTiles == 2;
+
 template <int kWeights, int kInputTiles, SmallBatchInput kInput>
 __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
     small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
   constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
+  constexpr bool kResident = kResidentBlocks<kInputTiles>;
+  // Only the tile's index stays live through the steps (the tile itself is found again to store it):
+  // the registers go to the loads in flight.
   int64_t index = blockIdx.x;
-  Tile<kWeights> tile = find_tile<kWeights>(p, index);
-  if (tile.row0 < 0) return;
+  if (find_tile<kWeights>(p, index).row0 < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int64_t K = p.in_features;
+  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
 
   // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
   // and its input row in each input tile (rows past M read as zeros).
@@ -257,14 +264,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
 
   // Warp `warp` takes steps [first, last) of ceil(K / 32) in every tile.
-  const int64_t steps = (K + kStepK - 1) / kStepK;
-  const int64_t first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
+  const int steps = (K + kStepK - 1) / kStepK;
+  const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
-  const auto load_weights = [&](int64_t s0) {
+  const auto load_weights = [&](int s0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = (s0 + u) * kStepK + 8 * q;
+      const int k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) {
@@ -275,7 +282,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
   // this one may start while that one runs): they are in flight before the wait for its output x.
-  find_rows(tile);
+  find_rows(find_tile<kWeights>(p, index));
   load_weights(first);
   wait_for_prior_grid();
   allow_dependent_grid();
@@ -283,7 +290,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   // from which the steps below read them (each row padded by 16 bytes, so the 8 rows an mma reads lie
   // in different banks).
   extern __shared__ uint4 staged[];
-  const int64_t row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
+  const int row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
   if constexpr (kInput != SmallBatchInput::plain) {
     __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
                                                                       : SmallBatchLinearParams::kMaxRows];
@@ -298,12 +305,12 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
   while (true) {
     float acc[kWeights][kInputTiles][kFragment] = {};
-    for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
+    for (int s0 = first; s0 < last; s0 += kUnroll) {
       if (s0 != first) load_weights(s0);
       uint4 x[kUnroll][kInputTiles];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = (s0 + u) * kStepK + 8 * q;
+        const int k = (s0 + u) * kStepK + 8 * q;
 #pragma unroll
         for (int c = 0; c < kInputTiles; ++c) {
           const bool in = s0 + u < last && k < K && has_x[c];
@@ -320,15 +327,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
 #pragma unroll
           for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
     }
-    index += gridDim.x;
-    const Tile<kWeights> next = index < tiles ? find_tile<kWeights>(p, index) : Tile<kWeights>{};
-    if (next.row0 >= 0) {  // the next tile's first weights, in flight while this one is stored
-      find_rows(next);
+    const int64_t next = index + gridDim.x;
+    if (kResident && next < tiles) {  // the next tile's first weights, in flight while this one is stored
+      find_rows(find_tile<kWeights>(p, next));
       load_weights(first);
     }
-    store_tile<kWeights, kInputTiles>(p, tile, acc);
-    if (next.row0 < 0) break;
-    tile = next;
+    store_tile<kWeights, kInputTiles, kResident>(p, find_tile<kWeights>(p, index), acc);
+    if (!kResident || next >= tiles) break;
+    index = next;
   }
 }
 
@@ -407,12 +413,15 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
     const cudaError_t e = allow_staging(kernel);
     if (e != cudaSuccess) return e;
   }
-  // Blocks: as many as fit at once (each takes every gridDim-th tile), or fewer where asked.
-  int64_t blocks = 0;
-  const cudaError_t e = resident_blocks(kernel, smem, blocks);
-  if (e != cudaSuccess) return e;
-  blocks = std::min(blocks, tiles);
-  if (p.max_blocks > 0) blocks = std::min(blocks, p.max_blocks);
+  // Blocks: resident ones, as many as fit at once (each takes every gridDim-th tile) or fewer where
+  // asked; otherwise one per tile.
+  int64_t blocks = tiles;
+  if (two_tiles ? kResidentBlocks<2> : kResidentBlocks<1>) {
+    const cudaError_t e = resident_blocks(kernel, smem, blocks);
+    if (e != cudaSuccess) return e;
+    blocks = std::min(blocks, tiles);
+    if (p.max_blocks > 0) blocks = std::min(blocks, p.max_blocks);
+  }
   // Launched early (programmatic dependent launch): the weight stream starts while the kernel
   // ahead finishes.
   const dim3 grid{unsigned(blocks)}, block{kWarps * 32};
