@@ -391,6 +391,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
   while (true) {
     float acc[kWeights][kInputTiles][kFragment] = {};
+    // The steps of the kernel above, in 32-bit arithmetic. (Both kernels' steps in one function changed
+    // how the one-tile kernel's loop compiles, which its measurements stand for.)
     for (int s0 = first; s0 < last; s0 += kUnroll) {
       if (s0 != first) load_weights(s0);
       uint4 x[kUnroll][kInputTiles];
