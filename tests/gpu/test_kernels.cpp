@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "gdn/prep.h"
@@ -604,6 +605,92 @@ TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
       ref::linear(normed.data(), M, H, w3.view(), u.data(), Precision::bf16);
       ref::swiglu(expected.data(), u.data(), M * N2, g.data(), Precision::bf16);
       EXPECT_TRUE(all_close(host_floats(act), g, gemm_tolerance(H), "normed swiglu"));
+    }
+  }
+}
+
+// From 9 rows the blocks stay resident and take tile after tile (each tile's first weights loaded
+// while the one before is stored): with the grid capped at a few blocks, each takes many tiles, and
+// every output (bf16 with and without a residual, its sums of squares, float32, SwiGLU; plain and
+// staged input ops) keeps the bits of the uncapped launch, whose tiles the other tests check against
+// the reference. Up to 8 rows the cap is ignored (a block per tile). Widths that leave a last partial
+// tile, and blocks with unequal counts of tiles.
+TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  using Input = kernels::SmallBatchInput;
+  const int64_t K = 264, N = 1000, N2 = 77;  // 63 + 5 tiles over the capped grids
+  const TestWeight w = random_weight(N, K, rng_), w2 = random_weight(N2, K, rng_), up = random_weight(N, K, rng_);
+  const auto norm_w = random_bf16_values(size_t(K), rng_, 0.5f);
+  cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
+  for (int64_t M : {int64_t(6), int64_t(9), int64_t(16)}) {
+    const auto x = random_bf16_values(size_t(M * K), rng_, 2.0f), gate = random_bf16_values(size_t(M * K), rng_, 3.0f);
+    const auto residual = random_bf16_values(size_t(M * N), rng_, 2.0f);
+    auto dx = device_bf16(x), dgate = device_bf16(gate), dres = device_bf16(residual);
+    const int64_t parts = kernels::small_batch_sum_sq_parts(N);
+    cuda::DeviceBuffer<float> sums(size_t(M * parts));
+    sums.fill_bytes(0);
+    struct Variant {
+      const char* name;
+      kernels::SmallBatchLinearParams p;
+    };
+    std::vector<Variant> variants;
+    kernels::SmallBatchLinearParams base{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 2};
+    base.outputs[0] = {w.device.data(), nullptr, N};
+    base.outputs[1] = {w2.device.data(), nullptr, N2};
+    variants.push_back({"two outputs", base});
+    kernels::SmallBatchLinearParams f32 = base;
+    f32.epilogue = kernels::SmallBatchEpilogue::f32;
+    variants.push_back({"float32", f32});
+    kernels::SmallBatchLinearParams swiglu = base;
+    swiglu.epilogue = kernels::SmallBatchEpilogue::swiglu;
+    swiglu.outputs[1] = {up.device.data(), nullptr, N};
+    variants.push_back({"swiglu", swiglu});
+    kernels::SmallBatchLinearParams sums_out{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1,
+                                             .residual = dres.data(), .out_sum_sq = sums.data()};
+    sums_out.outputs[0] = {w.device.data(), nullptr, N};
+    variants.push_back({"residual and sums of squares", sums_out});
+    kernels::SmallBatchLinearParams gated = base;
+    gated.num_outputs = 1;
+    gated.input = Input::gated_rms_norm;
+    gated.norm_weight = dnorm.data();
+    gated.gate = dgate.data();
+    gated.group = 88;
+    variants.push_back({"gated norm", gated});
+    kernels::SmallBatchLinearParams normed = swiglu;
+    normed.input = Input::rms_norm;
+    normed.norm_weight = dnorm.data();
+    normed.input_sum_sq = sums.data();  // as the residual variant left them: both launches read the same
+    normed.input_sum_sq_parts = parts;
+    variants.push_back({"normed swiglu", normed});
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(std::string(v.name) + " M " + std::to_string(M));
+      const bool is_f32 = v.p.epilogue == kernels::SmallBatchEpilogue::f32;
+      const int written = v.p.epilogue == kernels::SmallBatchEpilogue::swiglu ? 1 : v.p.num_outputs;
+      // Each output as raw bytes, and the sums of squares where written.
+      const auto run = [&](int64_t max_blocks) {
+        std::vector<cuda::DeviceBuffer<uint16_t>> out;
+        kernels::SmallBatchLinearParams p = v.p;
+        p.max_blocks = max_blocks;
+        for (int i = 0; i < written; ++i) {
+          out.push_back(poisoned_bf16(size_t(M * p.outputs[i].features * (is_f32 ? 2 : 1))));
+          p.outputs[i].out = out.back().data();
+        }
+        if (p.out_sum_sq) sums.fill_bytes(0xFF);
+        EXPECT_EQ(kernels::small_batch_linear_error(p), "");
+        EXPECT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+        sync();
+        std::vector<std::vector<uint16_t>> bits;
+        for (auto& o : out) bits.push_back(o.download());
+        if (p.out_sum_sq) {
+          const std::vector<float> s = sums.download();
+          std::vector<uint16_t> raw(s.size() * 2);
+          std::memcpy(raw.data(), s.data(), raw.size() * 2);
+          bits.push_back(raw);
+        }
+        return bits;
+      };
+      const auto whole = run(0);
+      for (int64_t cap : {int64_t(1), int64_t(3), int64_t(7)}) EXPECT_EQ(run(cap), whole) << "blocks capped at " << cap;
     }
   }
 }

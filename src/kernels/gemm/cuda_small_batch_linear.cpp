@@ -12,8 +12,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (p.rows < 1 || p.rows > SmallBatchLinearParams::kMaxRows)
     return fmt::format("{} rows (1 to {})", p.rows, SmallBatchLinearParams::kMaxRows);
-  if (p.in_features <= 0 || p.in_features % 8 != 0)
-    return fmt::format("{} input features (a positive multiple of 8)", p.in_features);
+  if (p.in_features <= 0 || p.in_features % 8 != 0 || p.in_features > (int64_t(1) << 30))
+    return fmt::format("{} input features (a positive multiple of 8, at most 2^30)", p.in_features);
   if (!p.x || !aligned16(p.x)) return "the input is null or not 16-byte aligned";
   if (p.num_outputs < 1 || p.num_outputs > SmallBatchLinearParams::kMaxOutputs)
     return fmt::format("{} outputs (1 to {})", p.num_outputs, SmallBatchLinearParams::kMaxOutputs);
@@ -50,6 +50,7 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);
+  if (p.max_blocks < 0) return fmt::format("a cap of {} blocks (0 for none)", p.max_blocks);
   return "";
 }
 

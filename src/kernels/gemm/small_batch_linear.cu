@@ -157,13 +157,80 @@ __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams
   return t;
 }
 
+// The block's sums of one tile, added across its warps in warp order (a fixed order: the result is
+// deterministic), and written out with the epilogue's op. Every thread of the block must call it.
+template <int kWeights, int kInputTiles>
+__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
+                                           const float (&acc)[kWeights][kInputTiles][kFragment]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t N = tile.features;
+  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
+#pragma unroll
+  for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+    for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
+  __syncthreads();
+  const int t = threadIdx.x;
+  // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2
+  // of the input tile.
+  const int l = t / kFragment, i = t % kFragment;
+  const int n_in_tile = l / 4 + (i >= 2 ? 8 : 0);
+  const int64_t n = tile.row0 + n_in_tile;
+  __shared__ float squares[kInputTiles * 8][kTileRows];  // out_sum_sq: [row][feature of the tile]
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c) {
+    if (t >= 32 * kFragment) break;
+    float sum[kWeights];
+#pragma unroll
+    for (int j = 0; j < kWeights; ++j) {
+      sum[j] = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][c][w][t];
+    }
+    const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
+    const bool in = m < p.rows && n < N;
+    const int64_t at = m * N + n;
+    if constexpr (kWeights == 2) {
+      const float gate = round_bf16(sum[0]), up = round_bf16(sum[1]);
+      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
+    } else if (p.epilogue == SmallBatchEpilogue::f32) {
+      if (in) static_cast<float*>(tile.out)[at] = sum[0];
+    } else if (p.residual != nullptr) {  // rounded, then added as the add kernel adds
+      const float y = in ? round_bf16(round_bf16(sum[0]) + to_f32(static_cast<const bf16*>(p.residual)[at])) : 0.0f;
+      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(y);
+      squares[m][n_in_tile] = y * y;
+    } else {
+      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+    }
+  }
+  if constexpr (kWeights == 1) {
+    if (p.out_sum_sq == nullptr) return;  // the same for the whole block
+    __syncthreads();
+    // One partial sum per row over the tile's 16 features, in feature order.
+    if (t < kInputTiles * 8 && t < p.rows) {
+      float sq = 0.0f;
+#pragma unroll
+      for (int f = 0; f < kTileRows; ++f) sq += squares[t][f];
+      p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
+    }
+  }
+}
+
 // kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
 // input loads). kInputTiles: the 8-row input tiles, 1 for M <= 8, 2 for M <= 16 (each a second mma on
 // the same weights). The loads in flight per thread stay about 128 bytes.
 // kInput: the op ahead, applied to x on the way in.
+//
+// Up to 8 rows: a block per tile of 16 weight rows.
+// kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
+// input loads). kInputTiles: the 8-row input tiles, 1 here (M <= 8), 2 in the resident kernel below
+// (M <= 16, each a second mma on the same weights). The loads in flight per thread stay about 128
+// bytes. kInput: the op ahead, applied to x on the way in.
 template <int kWeights, int kInputTiles, SmallBatchInput kInput>
 __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
-    small_batch_linear_kernel(SmallBatchLinearParams p) {
+    small_batch_linear_kernel(SmallBatchLinearParams p, int64_t /*tiles: one per block*/) {
   constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   const Tile<kWeights> tile = find_tile<kWeights>(p, blockIdx.x);
   if (tile.row0 < 0) return;
@@ -246,66 +313,126 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
         for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
   }
 
-  // The warps' partial sums, added in warp order (a fixed order: the result is deterministic).
-  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
-#pragma unroll
-  for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-    for (int c = 0; c < kInputTiles; ++c)
-#pragma unroll
-      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
-  __syncthreads();
-  const int t = threadIdx.x;
-  // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2
-  // of the input tile.
-  const int l = t / kFragment, i = t % kFragment;
-  const int n_in_tile = l / 4 + (i >= 2 ? 8 : 0);
-  const int64_t n = tile.row0 + n_in_tile;
-  __shared__ float squares[kInputTiles * 8][kTileRows];  // out_sum_sq: [row][feature of the tile]
-#pragma unroll
-  for (int c = 0; c < kInputTiles; ++c) {
-    if (t >= 32 * kFragment) break;
-    float sum[kWeights];
+  store_tile<kWeights, kInputTiles>(p, tile, acc);
+}
+
+// From 9 rows (two input tiles) the blocks are resident: the grid holds no more than fit on the
+// device at once, and each block takes tiles blockIdx.x, + gridDim.x, ... of the `tiles` in all.
+// The first weights of its next tile are in flight while it adds up and stores the one before, so
+// its weight stream does not pause between tiles, an input op is staged once per block rather than
+// once per tile, and the kernel behind (launched early) does not take the slots of a second wave.
+// Up to 8 rows (three blocks to an SM for one weight) this form measured slower for lone weights, even
+// at one tile per block (docs/benchmarks/decode.md): the kernel above takes those rows.
+template <int kWeights, int kInputTiles, SmallBatchInput kInput>
+__global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
+    resident_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
+  constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
+  // Only the tile's index stays live through the steps (the tile itself is found again to store it):
+  // the registers go to the loads in flight.
+  int64_t index = blockIdx.x;
+  if (find_tile<kWeights>(p, index).row0 < 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
+
+  // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
+  // and its input row in each input tile (rows past M read as zeros).
+  const uint16_t* w_row[kWeights][2];
+  const auto find_rows = [&](const Tile<kWeights>& t) {
+    const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8, N = t.features;
 #pragma unroll
     for (int j = 0; j < kWeights; ++j) {
-      sum[j] = 0.0f;
+      w_row[j][0] = t.weight[j] + (r0 < N ? r0 : N - 1) * K;
+      w_row[j][1] = t.weight[j] + (r1 < N ? r1 : N - 1) * K;
+    }
+  };
+  bool has_x[kInputTiles];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][c][w][t];
+  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
+
+  // Warp `warp` takes steps [first, last) of ceil(K / 32) in every tile.
+  const int steps = (K + kStepK - 1) / kStepK;
+  const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 w[kUnroll][kWeights][2];
+  const auto load_weights = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u) * kStepK + 8 * q;
+      const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
+#pragma unroll
+      for (int j = 0; j < kWeights; ++j) {
+        w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
+        w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
+      }
     }
-    const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
-    const bool in = m < p.rows && n < N;
-    const int64_t at = m * N + n;
-    if constexpr (kWeights == 2) {
-      const float gate = round_bf16(sum[0]), up = round_bf16(sum[1]);
-      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(round_bf16(silu(gate)) * up);
-    } else if (p.epilogue == SmallBatchEpilogue::f32) {
-      if (in) static_cast<float*>(tile.out)[at] = sum[0];
-    } else if (p.residual != nullptr) {  // rounded, then added as the add kernel adds
-      const float y = in ? round_bf16(round_bf16(sum[0]) + to_f32(static_cast<const bf16*>(p.residual)[at])) : 0.0f;
-      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(y);
-      squares[m][n_in_tile] = y * y;
-    } else {
-      if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(sum[0]);
+  };
+  // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
+  // this one may start while that one runs): they are in flight before the wait for its output x.
+  find_rows(find_tile<kWeights>(p, index));
+  load_weights(first);
+  wait_for_prior_grid();
+  allow_dependent_grid();
+  // An input op is applied once per block: the rows, as the op makes them, staged in shared memory,
+  // from which the steps below read them (each row padded by 16 bytes, so the 8 rows an mma reads lie
+  // in different banks).
+  extern __shared__ uint4 staged[];
+  const int row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
+  if constexpr (kInput != SmallBatchInput::plain) {
+    __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
+                                                                      : SmallBatchLinearParams::kMaxRows];
+    input_scales<kInput>(p, scale);
+    const int64_t chunks = p.rows * (K / 8);
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
+      const int64_t m = c / (K / 8), k8 = c % (K / 8);
+      staged[m * row_chunks + k8] = load_input<kInput>(p, m, 8 * k8, scale);
     }
-  }
-  if constexpr (kWeights == 1) {
-    if (p.out_sum_sq == nullptr) return;  // the same for the whole block
     __syncthreads();
-    // One partial sum per row over the tile's 16 features, in feature order.
-    if (t < kInputTiles * 8 && t < p.rows) {
-      float sq = 0.0f;
+  }
+  while (true) {
+    float acc[kWeights][kInputTiles][kFragment] = {};
+    // The steps of the kernel above, in 32-bit arithmetic. (Both kernels' steps in one function changed
+    // how the one-tile kernel's loop compiles, which its measurements stand for.)
+    for (int s0 = first; s0 < last; s0 += kUnroll) {
+      if (s0 != first) load_weights(s0);
+      uint4 x[kUnroll][kInputTiles];
 #pragma unroll
-      for (int f = 0; f < kTileRows; ++f) sq += squares[t][f];
-      p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
+      for (int u = 0; u < kUnroll; ++u) {
+        const int k = (s0 + u) * kStepK + 8 * q;
+#pragma unroll
+        for (int c = 0; c < kInputTiles; ++c) {
+          const bool in = s0 + u < last && k < K && has_x[c];
+          if constexpr (kInput == SmallBatchInput::plain)
+            x[u][c] = in ? load_input<kInput>(p, 8 * c + g, k, nullptr) : zero;
+          else
+            x[u][c] = in ? staged[(8 * c + g) * row_chunks + k / 8] : zero;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+          for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
     }
+    const int64_t next = index + gridDim.x;
+    if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
+      find_rows(find_tile<kWeights>(p, next));
+      load_weights(first);
+    }
+    store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
+    if (next >= tiles) break;
+    __syncthreads();  // store_tile's shared memory is free for the next tile
+    index = next;
   }
 }
 
-using Kernel = void (*)(SmallBatchLinearParams);
+using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
 Kernel pick_tiles(bool two_tiles) {
-  return two_tiles ? small_batch_linear_kernel<kWeights, 2, kInput> : small_batch_linear_kernel<kWeights, 1, kInput>;
+  return two_tiles ? resident_small_batch_linear_kernel<kWeights, 2, kInput>
+                   : small_batch_linear_kernel<kWeights, 1, kInput>;
 }
 
 // The SwiGLU pair takes a plain or RMS-normed input (the MLP's); one weight takes any.
@@ -332,17 +459,39 @@ cudaError_t allow_staging(Kernel kernel) {
   return e;
 }
 
+// How many blocks of `kernel` with `smem` bytes of dynamic shared memory the current device holds at
+// once (the occupancy calculator's figure times the SMs), asked once per device, kernel and size.
+cudaError_t resident_blocks(Kernel kernel, size_t smem, int64_t& blocks) {
+  struct Known {
+    int device;
+    Kernel kernel;
+    size_t smem;
+    int64_t blocks;
+  };
+  static std::mutex mutex;
+  static std::vector<Known> known;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Known& k : known)
+    if (k.device == device && k.kernel == kernel && k.smem == smem) return blocks = k.blocks, cudaSuccess;
+  int sms = 0, per_sm = 0;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
+  if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem)) != cudaSuccess) return e;
+  blocks = std::max<int64_t>(1, int64_t(sms) * per_sm);
+  known.push_back({device, kernel, smem, blocks});
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
   if (!small_batch_linear_error(p).empty()) return cudaErrorInvalidValue;
-  // Blocks: one per 16 rows of each output (of the pair, for swiglu).
+  // Tiles: one per 16 rows of each output (of the pair, for swiglu).
   const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
-  int64_t blocks = 0;
-  for (int i = 0; i < tiled; ++i) blocks += (p.outputs[i].features + kTileRows - 1) / kTileRows;
-  // Launched early (programmatic dependent launch): the weight stream starts while the kernel
-  // ahead finishes.
-  const dim3 grid{unsigned(blocks)}, block{kWarps * 32};
+  int64_t tiles = 0;
+  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
   const bool two_tiles = p.rows > 8;
   const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
@@ -354,7 +503,19 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
     const cudaError_t e = allow_staging(kernel);
     if (e != cudaSuccess) return e;
   }
-  return launch_early(kernel, grid, block, smem, stream, launched);
+  // Blocks: resident ones, as many as fit at once (each takes every gridDim-th tile) or fewer where
+  // asked; otherwise one per tile.
+  int64_t blocks = tiles;
+  if (two_tiles) {
+    const cudaError_t e = resident_blocks(kernel, smem, blocks);
+    if (e != cudaSuccess) return e;
+    blocks = std::min(blocks, tiles);
+    if (p.max_blocks > 0) blocks = std::min(blocks, p.max_blocks);
+  }
+  // Launched early (programmatic dependent launch): the weight stream starts while the kernel
+  // ahead finishes.
+  const dim3 grid{unsigned(blocks)}, block{kWarps * 32};
+  return launch_early(kernel, grid, block, smem, stream, launched, tiles);
 }
 
 }  // namespace di::kernels

@@ -5,7 +5,8 @@
 // With so few rows the step is a stream of the weights, and cuBLASLt's GEMM kernels leave much of
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
-// the tensor cores do the arithmetic and the loads are 16-byte vectors.
+// the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
@@ -71,6 +72,11 @@ struct SmallBatchLinearParams {
   // each 16 features, for the projection that normalises this output next (its input_sum_sq). Every
   // block computes the norm's factor from these few partial sums rather than from the whole row.
   float* out_sum_sq = nullptr;
+
+  // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
+  // at once). Each takes every gridDim-th tile of 16 rows, so a small cap gives each block many (a
+  // test's way to reach that). Ignored where each block takes one tile.
+  int64_t max_blocks = 0;
 };
 
 // Partial sums of squares per row that a residual projection of N features writes.
