@@ -9,7 +9,6 @@
 // written once, 2 K V 4, plus q, k, v, o and the gates (small).
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -181,47 +180,22 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t 
           {"reps", t.reps}};
 }
 
-// The sm90 kernel's stage timeline of the last launch of a case (gdn/sm90_timeline.h), summarised
-// over the chunks away from each sequence's ends: per warpgroup and stage, the median cycles from the
-// stage before, and the median cycles from one chunk's start to the next.
-nlohmann::json summarise_timeline(const std::vector<uint64_t>& stamps, int64_t ctas, int chunks, double clock_mhz) {
-  using gdn::kTimelineEvents;
-  using gdn::kTimelineGroups;
-  const auto at = [&](int64_t c, int i, int g, int e) {
-    return stamps[size_t(((c * chunks + i) * kTimelineGroups + g) * kTimelineEvents + e)];
-  };
-  const auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
+// The sm90 kernel's stage timeline of a case's last launch, as a report (cycles, and microseconds at
+// the SM clock).
+nlohmann::json timeline_report(const std::vector<uint64_t>& stamps, int64_t ctas, int chunks, double clock_mhz) {
+  const gdn::Sm90TimelineSummary summary = gdn::summarise_sm90_timeline(stamps, ctas, chunks);
+  if (summary.out_of_order > 0) fail("{} chunks' timeline stamps are out of order", summary.out_of_order);
+  if (summary.groups.empty()) fail("the timeline recorded nothing (a sequence of fewer than 5 chunks?)");
   nlohmann::json groups = nlohmann::json::array();
-  int64_t out_of_order = 0;
-  for (int g = 0; g < kTimelineGroups; ++g) {
-    std::vector<std::vector<double>> stage(kTimelineEvents);
-    std::vector<double> period;
-    for (int64_t c = 0; c < ctas; ++c)
-      for (int i = 2; i + 2 < chunks; ++i) {
-        if (at(c, i, g, 0) == 0) continue;  // this CTA has no such warpgroup, or no such chunk
-        for (int e = 1; e < kTimelineEvents && at(c, i, g, e) != 0; ++e) {
-          if (at(c, i, g, e) < at(c, i, g, e - 1)) ++out_of_order;
-          stage[size_t(e)].push_back(double(at(c, i, g, e)) - double(at(c, i, g, e - 1)));
-        }
-        if (at(c, i + 1, g, 0) != 0) period.push_back(double(at(c, i + 1, g, 0)) - double(at(c, i, g, 0)));
-      }
-    if (period.empty()) continue;
+  for (const gdn::Sm90TimelineGroup& g : summary.groups) {
     nlohmann::json stages = nlohmann::json::array();
-    for (int e = 1; e < kTimelineEvents; ++e)
-      if (!stage[size_t(e)].empty())
-        stages.push_back({{"stage", gdn::sm90_timeline_event(g, e)}, {"median_cycles", median(stage[size_t(e)])}});
-    const double p = median(period);
-    groups.push_back({{"warpgroup", g == gdn::kTimelineAuxGroup ? std::string("auxiliary") : "state " + std::to_string(g)},
-                      {"chunk_period_cycles", p},
-                      {"chunk_period_us", p / clock_mhz},
-                      {"chunks_summarised", period.size()},
+    for (const gdn::Sm90TimelineStage& st : g.stages) stages.push_back({{"stage", st.name}, {"median_cycles", st.median_cycles}});
+    groups.push_back({{"warpgroup", g.group == gdn::kTimelineAuxGroup ? std::string("auxiliary") : "state " + std::to_string(g.group)},
+                      {"chunk_period_cycles", g.chunk_period_cycles},
+                      {"chunk_period_us", g.chunk_period_cycles / clock_mhz},
+                      {"chunks_summarised", g.chunks},
                       {"stages", stages}});
   }
-  if (out_of_order > 0) fail("{} timeline stamps are out of order within their chunk", out_of_order);
   return {{"clock_mhz", clock_mhz}, {"warpgroups", groups}};
 }
 
@@ -284,7 +258,7 @@ int main(int argc, char** argv) {
           if (!e.empty()) fail("{}", e);
           int khz = 0;
           DI_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-          r["timeline"] = bench::summarise_timeline(stamps.download(), timeline_ctas, timeline_chunks, khz / 1e3);
+          r["timeline"] = bench::timeline_report(stamps.download(), timeline_ctas, timeline_chunks, khz / 1e3);
         }
         std::printf("%-10s %-6s %-9s %10.3f %9.1f %7.1f%% %9.0f %8zu\n", b->name,
                     r["heads"].get<std::string>().c_str(), r["shape"].get<std::string>().c_str(),

@@ -766,15 +766,6 @@ const di_gdn_prefill_backend& gdn_sm90_backend() {
   return backend;
 }
 
-std::string sm90_timeline_event(int group, int event) {
-  static const char* const kState[kTimelineEvents] = {"start", "stage full", "K S, Q S", "X",
-                                                      "Vnew", "state, output", "barrier", "output stored"};
-  static const char* const kAux[kTimelineEvents] = {"start", "stage empty", "inputs landed", "norms, gates",
-                                                    "Gram, decays", "inverse", "Tinv", ""};
-  if (group < 0 || group >= kTimelineGroups || event < 0 || event >= kTimelineEvents) return "";
-  return (group == kTimelineAuxGroup ? kAux : kState)[event];
-}
-
 bool sm90_timeline_built() { return DI_SM90_TIMELINE != 0; }
 
 std::string sm90_timeline_attach(const Sm90Timeline& timeline) {

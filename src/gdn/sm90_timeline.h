@@ -4,9 +4,12 @@
 // each stage of each chunk and stores it. Recorded only in builds configured with
 // -DDI_SM90_TIMELINE=ON (one clock read and one store per stage and warpgroup); every other build
 // compiles the stamps out and sm90_timeline_built() says so. bench/gdn_kernels.cpp --timeline prints
-// the stages' medians. Plain C++ header (no CUDA syntax).
+// the stages' medians (summarise_sm90_timeline, sm90_timeline.cpp). Plain C++ header (no CUDA
+// syntax).
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace di::gdn {
 
@@ -29,6 +32,26 @@ struct Sm90Timeline {
 // Auxiliary: 0 start, 1 the stage is empty, 2 the inputs landed, 3 the norms and gates, 4 the Gram
 // products and decays, 5 the inverse, 6 Tinv converted.
 std::string sm90_timeline_event(int group, int event);
+
+// A recorded timeline summarised over the chunks away from each sequence's ends (chunks 2 .. n - 3):
+// per warpgroup and stage, the median cycles since the stage before, and the median cycles from one
+// chunk's start to the next. A stamp earlier than the one before it in its chunk is counted, not
+// summarised: the recording is broken then.
+struct Sm90TimelineStage {
+  std::string name;
+  double median_cycles = 0;
+};
+struct Sm90TimelineGroup {
+  int group = 0;  // 0, 1: state warpgroups; kTimelineAuxGroup: the auxiliary one
+  double chunk_period_cycles = 0;
+  int64_t chunks = 0;  // (CTA, chunk) pairs summarised
+  std::vector<Sm90TimelineStage> stages;
+};
+struct Sm90TimelineSummary {
+  std::vector<Sm90TimelineGroup> groups;  // the warpgroups with any stamps
+  int64_t out_of_order = 0;
+};
+Sm90TimelineSummary summarise_sm90_timeline(std::span<const uint64_t> stamps, int64_t ctas, int chunks);
 
 // Whether this build records the timeline.
 bool sm90_timeline_built();
