@@ -21,6 +21,7 @@
 #include "core/cuda.h"
 #include "gdn/decode_step.h"
 #include "gdn/dispatch.h"
+#include "gdn/sm90_timeline.h"
 #include "gpu_timing.h"
 
 namespace di::bench {
@@ -179,6 +180,25 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t 
           {"reps", t.reps}};
 }
 
+// The sm90 kernel's stage timeline of a case's last launch, as a report (cycles, and microseconds at
+// the SM clock).
+nlohmann::json timeline_report(const std::vector<uint64_t>& stamps, int64_t ctas, int chunks, double clock_mhz) {
+  const gdn::Sm90TimelineSummary summary = gdn::summarise_sm90_timeline(stamps, ctas, chunks);
+  if (summary.out_of_order > 0) fail("{} chunks' timeline stamps are out of order", summary.out_of_order);
+  if (summary.groups.empty()) fail("the timeline recorded nothing (a sequence of fewer than 5 chunks?)");
+  nlohmann::json groups = nlohmann::json::array();
+  for (const gdn::Sm90TimelineGroup& g : summary.groups) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const gdn::Sm90TimelineStage& st : g.stages) stages.push_back({{"stage", st.name}, {"median_cycles", st.median_cycles}});
+    groups.push_back({{"warpgroup", g.group == gdn::kTimelineAuxGroup ? std::string("auxiliary") : "state " + std::to_string(g.group)},
+                      {"chunk_period_cycles", g.chunk_period_cycles},
+                      {"chunk_period_us", g.chunk_period_cycles / clock_mhz},
+                      {"chunks_summarised", g.chunks},
+                      {"stages", stages}});
+  }
+  return {{"clock_mhz", clock_mhz}, {"warpgroups", groups}};
+}
+
 }  // namespace
 }  // namespace di::bench
 
@@ -186,12 +206,15 @@ int main(int argc, char** argv) {
   using namespace di;
   CLI::App app{"GDN kernel lab: prefill backends and the decode step on this GPU"};
   std::string json_out, only_backend, only_shape, heads = "16/32";
-  bool once = false;
+  bool once = false, timeline = false;
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--backend", only_backend, "only this prefill backend (and no decode step)");
   app.add_option("--shape", only_shape, "only this prefill shape, NxT (e.g. 4x8192)");
   app.add_option("--heads", heads, "Hk/Hv of the prefill cases");
   app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
+  app.add_flag("--timeline", timeline,
+               "record the sm90 kernel's stage timeline of each case's last launch and print its medians (a build "
+               "configured with -DDI_SM90_TIMELINE=ON; with --backend sm90)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (cuda::device_count() == 0) fail("no CUDA device visible");
@@ -202,6 +225,7 @@ int main(int argc, char** argv) {
     const di_gdn_device dev{d.sm_major, d.sm_minor, d.num_sms, d.shared_memory_per_block_optin};
     int hk = 0, hv = 0;
     if (std::sscanf(heads.c_str(), "%d/%d", &hk, &hv) != 2 || hk <= 0 || hv <= 0) fail("--heads wants Hk/Hv, got '{}'", heads);
+    if (timeline && only_backend != "sm90") fail("--timeline records the sm90 kernel: add --backend sm90");
     const di_gdn_geometry geo{hk, hv, 128, 128};
     nlohmann::json report = {{"provenance", bench::provenance()}, {"prefill", nlohmann::json::array()},
                              {"decode", nlohmann::json::array()}};
@@ -216,12 +240,39 @@ int main(int argc, char** argv) {
       }
       for (const bench::PrefillCase pc : {bench::PrefillCase{1, 2048}, {1, 8192}, {1, 32768}, {4, 8192}}) {
         if (!only_shape.empty() && only_shape != fmt::format("{}x{}", pc.num_seqs, pc.seq_len)) continue;
-        const nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once);
+        // The timeline of the case's last launch: a slot for every CTA of either shape (a CTA per half
+        // head at most), every chunk.
+        const int64_t timeline_ctas = int64_t(pc.num_seqs) * hv * 2;
+        const int timeline_chunks = int((pc.seq_len + 63) / 64);
+        cuda::DeviceBuffer<uint64_t> stamps(timeline ? size_t(timeline_ctas) * timeline_chunks *
+                                                           gdn::kTimelineGroups * gdn::kTimelineEvents
+                                                     : 0);
+        if (timeline) {
+          stamps.fill_bytes(0);
+          const std::string e = gdn::sm90_timeline_attach({stamps.data(), timeline_chunks});
+          if (!e.empty()) fail("{}", e);
+        }
+        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once);
+        if (timeline) {
+          const std::string e = gdn::sm90_timeline_attach({});
+          if (!e.empty()) fail("{}", e);
+          int khz = 0;
+          DI_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+          r["timeline"] = bench::timeline_report(stamps.download(), timeline_ctas, timeline_chunks, khz / 1e3);
+        }
         std::printf("%-10s %-6s %-9s %10.3f %9.1f %7.1f%% %9.0f %8zu\n", b->name,
                     r["heads"].get<std::string>().c_str(), r["shape"].get<std::string>().c_str(),
                     r["median_ms"].get<double>(), r["tflops"].get<double>(),
                     100 * r["fraction_of_bf16_peak"].get<double>(), r["gbytes_per_s"].get<double>(),
                     r["scratch_bytes"].get<size_t>());
+        if (timeline)
+          for (const auto& g : r["timeline"]["warpgroups"]) {
+            std::printf("  timeline %-10s chunk %7.0f cycles (%.2f us):", g["warpgroup"].get<std::string>().c_str(),
+                        g["chunk_period_cycles"].get<double>(), g["chunk_period_us"].get<double>());
+            for (const auto& st : g["stages"])
+              std::printf(" %s %.0f;", st["stage"].get<std::string>().c_str(), st["median_cycles"].get<double>());
+            std::printf("\n");
+          }
         report["prefill"].push_back(r);
       }
     }

@@ -67,9 +67,11 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <string>
 
 #include "gdn/backend_common.cuh"
 #include "gdn/chunk_math.cuh"
+#include "gdn/sm90_timeline.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/wgmma.cuh"
 
@@ -78,6 +80,26 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 namespace wg = kernels::wgmma;
+
+// The stage timeline (gdn/sm90_timeline.h), compiled out unless the build asks for it.
+#ifndef DI_SM90_TIMELINE
+#define DI_SM90_TIMELINE 0
+#endif
+#if DI_SM90_TIMELINE
+__device__ uint64_t* g_timeline_stamps = nullptr;
+__device__ int g_timeline_chunks = 0;
+#endif
+// The leader's clock at the end of `event` of `chunk`, for warpgroup `group`.
+__device__ __forceinline__ void stamp(bool leader, int group, int chunk, int event) {
+#if DI_SM90_TIMELINE
+  if (leader && g_timeline_stamps != nullptr && chunk < g_timeline_chunks) {
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(now)::"memory");
+    g_timeline_stamps[((int64_t(blockIdx.x) * g_timeline_chunks + chunk) * kTimelineGroups + group) * kTimelineEvents +
+                      event] = now;
+  }
+#endif
+}
 
 constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
@@ -319,7 +341,7 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 // f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
 template <typename C>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, float* inv_s,
-                                              int len, int t) {
+                                              int len, int t, int chunk) {
   const wg::Fragment frag(t);
   if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
     zero_rows_past(st.q, kHeadDim / 8, len, t);
@@ -356,6 +378,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   }
   wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
   AuxSync::sync();
+  stamp(t == 0, kTimelineAuxGroup, chunk, 3);
 
   // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L in f32 for the inverse.
   {
@@ -407,8 +430,10 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     }
   }
   AuxSync::sync();
+  stamp(t == 0, kTimelineAuxGroup, chunk, 4);
 
   invert_unit_lower_mma<kInvStride, AuxSync>(inv_s, t);
+  stamp(t == 0, kTimelineAuxGroup, chunk, 5);
   // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 ((t / 8) % 8) .. + 7 of
   // rows t % 8 + 8 (t / 64) + 16 e, so that each store phase fills one core matrix (and each read
   // phase's eight float4 rows, 68 floats apart, cover all 32 banks).
@@ -429,6 +454,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   }
   wg::fence_async_shared();
   AuxSync::sync();  // every read of the f32 inverse is done before the next chunk's L lands there
+  stamp(t == 0, kTimelineAuxGroup, chunk, 6);
 }
 
 template <typename C>
@@ -461,10 +487,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     if constexpr (C::kAuxRegisters > 0) release_registers<C::kAuxRegisters>();
     const int t = int(threadIdx.x) - C::kStateThreads;
     for (int chunk = 0; chunk < num_chunks; ++chunk) {
+      stamp(t == 0, kTimelineAuxGroup, chunk, 0);
       // The state warpgroups are done with chunk - 2's stage.
       if (chunk >= 2) bar_sync<C>(kBarEmpty0 + (chunk & 1));
+      stamp(t == 0, kTimelineAuxGroup, chunk, 1);
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
-      prepare_chunk(args, Stage<C>(smem, chunk), inv_s, chunk_len(chunk), t);
+      stamp(t == 0, kTimelineAuxGroup, chunk, 2);
+      prepare_chunk(args, Stage<C>(smem, chunk), inv_s, chunk_len(chunk), t, chunk);
       bar_arrive<C>(kBarFull0 + (chunk & 1));
     }
     return;
@@ -513,9 +542,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     const Stage<C> st(smem, chunk);
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
+    stamp(tid == 0, w, chunk, 0);
     bar_sync<C>(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
     // Already complete (the auxiliary warpgroup waited on it): the boxes' writes are visible here too.
     kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
+    stamp(tid == 0, w, chunk, 1);
 
     // ---- (K S)ᵀ = Sᵀ Kᵀ and (Q S)ᵀ = Sᵀ Qᵀ: A = Sᵀ in bf16 from the state's own registers (the pairs of
     // its two 64-key tiles are the k16 steps 0..3 and 4..7), B = the K and Q tiles as loaded.
@@ -532,6 +563,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       wg::wgmma_wait<0>();
     }
     wg::fence_registers(ks), wg::fence_registers(qs);
+    stamp(tid == 0, w, chunk, 2);
 
     // Xᵀ = (V - D diag(1/|k|) K S)ᵀ diag(beta), the per-token factors now per column; Vᵀ's pairs come
     // from the V tile by ldmatrix.trans. The output starts as (scale D diag(1/|q|) Q S)ᵀ. X is split
@@ -554,6 +586,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       pack_pairs(ks, x_hi);
       low_pairs(ks, x_lo);
     }
+    stamp(tid == 0, w, chunk, 3);
 
     // ---- Vnewᵀ = Xᵀ Tinvᵀ = X_hiᵀ Tinv_hiᵀ + X_hiᵀ Tinv_loᵀ + X_loᵀ Tinv_hiᵀ (the lo x lo term is below
     // f32 rounding); Tinv's [i][j] tiles are the K-major B operands as they are.
@@ -567,6 +600,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(vnew);
+    stamp(tid == 0, w, chunk, 4);
 
     // Vnew as hi + lo pairs (A of the output's products); Wᵀ = Vnewᵀ diag(exp(G_last - G) / |k|) as hi +
     // lo pairs (A of the state's).
@@ -603,15 +637,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
+    stamp(tid == 0, w, chunk, 5);
     StatesSync::sync();  // every state warpgroup's products are done with the stage and the input slot
     if (chunk + 2 < num_chunks) bar_arrive<C>(kBarEmpty0 + b);  // the stage may take chunk + 2
     if (chunk + C::kInputSlots < num_chunks) load_chunk(chunk + C::kInputSlots);  // the slot its next chunk
+    stamp(tid == 0, w, chunk, 6);
 
     // The output, transposed back through the staging tile (its last reads, the previous chunk's
     // stores, came before the barrier above).
     stage_output_transposed(qs, out_s, frag);
     state_sync(w);
     store_output(out_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
+    stamp(tid == 0, w, chunk, 7);
   }
 
   if (args.final_state != nullptr && slot >= 0) {
@@ -727,6 +764,21 @@ int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratc
 const di_gdn_prefill_backend& gdn_sm90_backend() {
   static const di_gdn_prefill_backend backend{"sm90", &sm90_supports, &sm90_scratch_bytes, &sm90_run};
   return backend;
+}
+
+bool sm90_timeline_built() { return DI_SM90_TIMELINE != 0; }
+
+std::string sm90_timeline_attach(const Sm90Timeline& timeline) {
+#if DI_SM90_TIMELINE
+  if (timeline.stamps != nullptr && timeline.chunks <= 0) return "a timeline needs a positive chunk count";
+  const int chunks = timeline.stamps != nullptr ? timeline.chunks : 0;
+  cudaError_t e = cudaMemcpyToSymbol(g_timeline_stamps, &timeline.stamps, sizeof(timeline.stamps));
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_timeline_chunks, &chunks, sizeof(chunks));
+  return e == cudaSuccess ? "" : std::string("attaching the timeline: ") + cudaGetErrorString(e);
+#else
+  (void)timeline;
+  return "this build does not record the sm90 timeline (configure with -DDI_SM90_TIMELINE=ON)";
+#endif
 }
 
 size_t sm90_prefill_smem_bytes() { return Head::kSmemBytes > HalfHead::kSmemBytes ? Head::kSmemBytes : HalfHead::kSmemBytes; }
