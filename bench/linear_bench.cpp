@@ -121,8 +121,11 @@ int main(int argc, char** argv) {
   using namespace di;
   using namespace di::bench;
   CLI::App app{"decode-sized linear layers: small-batch kernel against cuBLASLt"};
-  std::string json_path;
+  std::string json_path, only_layer;
+  std::vector<int64_t> rows = {1, 2, 4, 8, 16};
   app.add_option("--json", json_path, "write the report here");
+  app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
+  app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->check(CLI::Range(1, 16));
   CLI11_PARSE(app, argc, argv);
   try {
     cudaStream_t stream;
@@ -132,8 +135,12 @@ int main(int argc, char** argv) {
     std::printf("| layer | M | weight MB | small-batch us | TB/s | of 4.3 | cuBLASLt us | TB/s | of 4.3 | speed-up |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     nlohmann::json report = {{"provenance", provenance()}, {"rows", nlohmann::json::array()}};
-    for (const Case& c : kCases)
-      for (int64_t M : {1, 2, 4, 8, 16}) report["rows"].push_back(run_case(c, M, gemm, stream, rng));
+    int ran = 0;
+    for (const Case& c : kCases) {
+      if (std::string(c.name).find(only_layer) == std::string::npos) continue;
+      for (int64_t M : rows) report["rows"].push_back(run_case(c, M, gemm, stream, rng)), ++ran;
+    }
+    if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
     cudaStreamDestroy(stream);
   } catch (const std::exception& e) {
