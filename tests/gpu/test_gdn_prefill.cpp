@@ -465,6 +465,38 @@ TEST_F(GdnPrefillBatch, RawQkNormalisedInKernelMatchesOracle) {
     }
 }
 
+// Value columns up to four orders of magnitude above the rest (|v| to 30,000, still bf16; their
+// initial state columns scaled alike): no backend may lose those columns' precision, and one whose
+// operands have a narrower range than bf16 (fp16 ends at 65504) must scale around it. Every value
+// column is its own linear problem, so out and state divided by the column's factor are held to the
+// ordinary tolerances; a NaN or an infinity from an overflow fails them.
+TEST_F(GdnPrefillBatch, LargeValueColumnsKeepTheirPrecision) {
+  SCOPED_TRACE(seed_trace(seed_));
+  Batch b = make_batch(kQwenSmall, {64, 200, 1}, rng_);
+  std::uniform_real_distribution<float> magnitude(2000.f, 30000.f);
+  const int N = b.num_seqs(), Hv = kQwenSmall.num_v_heads;
+  const size_t columns = size_t(Hv) * kDim;
+  std::vector<float> factor(columns, 1.f);
+  for (size_t c = 0; c < columns; ++c)
+    if (c % 13 == 5) factor[c] = magnitude(rng_);
+  for (size_t i = 0; i < b.v.size(); ++i) b.v[i] = f32_to_bf16(bf16_to_f32(b.v[i]) * factor[i % columns]);
+  auto state_column = [&](size_t i) { return (i / (size_t(kDim) * kDim)) % Hv * kDim + i % kDim; };
+  std::vector<float> initial = random_states(N, Hv, rng_);
+  for (size_t i = 0; i < initial.size(); ++i) initial[i] *= factor[state_column(i)];
+  Reference<double> want = oracle(b, initial, kScale);
+  for (size_t i = 0; i < want.out.size(); ++i) want.out[i] /= factor[i % columns];
+  for (size_t i = 0; i < want.state.size(); ++i) want.state[i] /= factor[state_column(i)];
+  for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall)) {
+    SCOPED_TRACE(fmt::format("backend {}", backend->name));
+    RunSetup setup;
+    setup.pool_slots = N;
+    GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
+    for (size_t i = 0; i < got.out.size(); ++i) got.out[i] /= factor[i % columns];
+    for (size_t i = 0; i < got.pool_after.size(); ++i) got.pool_after[i] /= factor[state_column(i)];
+    expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
+  }
+}
+
 // initial_state == final_state: each CTA reads its whole slice before writing it, so updating the
 // pool in place gives the oracle's states, and slots of no sequence keep their bits.
 TEST_F(GdnPrefillBatch, StateUpdatedInPlace) {
