@@ -218,11 +218,6 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
   }
 }
 
-// kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
-// input loads). kInputTiles: the 8-row input tiles, 1 for M <= 8, 2 for M <= 16 (each a second mma on
-// the same weights). The loads in flight per thread stay about 128 bytes.
-// kInput: the op ahead, applied to x on the way in.
-//
 // Up to 8 rows: a block per tile of 16 weight rows.
 // kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
 // input loads). kInputTiles: the 8-row input tiles, 1 here (M <= 8), 2 in the resident kernel below
