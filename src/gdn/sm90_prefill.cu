@@ -32,7 +32,7 @@
 //   Xᵀ, Vnewᵀ, Wᵀ and Sᵀ never go through shared memory; the per-token factors are per column.
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
 //   The inputs are loaded two (whole head) or three (half head) chunks ahead, into the input slot the
-//   state warpgroups have just finished with: one warp issues the TMA boxes of Q, K and V (tensor
+//   state warpgroups have just finished with: one thread issues the TMA boxes of Q, K and V (tensor
 //   maps made at launch), warpgroup 0 copies the raw gates (cp.async), all counted by the slot's
 //   mbarrier, so the load overlaps the auxiliary warpgroup's work and costs the state warpgroups a
 //   few instructions. The auxiliary warpgroup zeroes the rows past a sequence's end in its last chunk
@@ -210,23 +210,25 @@ __device__ __forceinline__ void low_pairs(const float (&x)[32], uint32_t* pairs)
   }
 }
 // The tensor maps of q, k and v, made on the host for each launch (launch() below): each views a
-// [T, heads, 128] bf16 tensor as {8 elements, 16 pieces, heads, tokens}, and one box {8, 1, 1, 64}
-// is one piece of 64 tokens, 64 rows x 16 bytes: a piece of the piece-major layout of
-// kernels/wgmma.cuh. (A box of several pieces would need the tokens' stride inside the pieces' in the
-// map's order.) Rows past T come as zeros.
+// [T, heads, 128] bf16 tensor as {8 elements, tokens, 16 pieces, heads} (the pieces' stride, 16
+// bytes, inside the tokens'), so that one box {8, 64, n, 1} brings n pieces of 64 tokens each, 64 rows x
+// 16 bytes per piece, as the piece-major layout of kernels/wgmma.cuh lays them out: a whole Q, K or V
+// tile in one copy. Boxes of one piece (40 or 48 copies a chunk) kept the issuing warp, which is also a
+// state warpgroup's, waiting on the copy engine for about as long as the rest of its chunk
+// (docs/benchmarks/gdn-sm90.md). Rows past T come as zeros.
 struct InputMaps {
   CUtensorMap q, k, v;
 };
 constexpr int kPieceBytes = kChunk * 16;
 
-__device__ __forceinline__ void tma_load_piece(void* smem_dst, const CUtensorMap* map, int piece, int head, int64_t t0,
-                                               uint64_t* bar) {
+__device__ __forceinline__ void tma_load_tile(void* smem_dst, const CUtensorMap* map, int piece, int head, int64_t t0,
+                                              uint64_t* bar) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
       "[%6];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(piece), "r"(head), "r"(int(t0)), "r"(at)
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(int(t0)), "r"(piece), "r"(head), "r"(at)
       : "memory");
 }
 // The barrier's current phase also waits for `bytes` more of asynchronous copies (no arrival).
@@ -303,29 +305,22 @@ struct Stage {
   }
 };
 
-// The loads of one chunk's inputs into its slot, by state warpgroup 0: its first warp issues the 16
-// pieces of Q, the 16 of K and the 8 of each V tile (TMA, lane l pieces l and l + 32; counted in bytes
-// on the slot's barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta
-// (cp.async, zeros past len); then each of its threads arrives on the barrier, whose phase completes
-// when the pieces and every thread's copies have landed.
+// The loads of one chunk's inputs into its slot, by state warpgroup 0: its thread 0 issues the Q and K
+// tiles and the V tiles of the CTA's value columns (three TMA copies, counted in bytes on the slot's
+// barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta (cp.async, zeros past
+// len); then each of its threads arrives on the barrier, whose phase completes when the tiles and
+// every thread's copies have landed.
 template <typename C>
 __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const InputMaps& maps,
                                                  const Stage<C>& st, uint64_t* landed, int64_t t0, int len,
                                                  int head, int key_head, int v0, int t) {
-  if (t < 32) {
-    constexpr int kQkPieces = kHeadDim / 8, kPieces = 2 * kQkPieces + C::kGroups * kTileV / 8;
-    if (t == 0) mbarrier_expect_bytes(landed, uint32_t(kPieces * kPieceBytes));
-    __syncwarp();
-    wg::fence_async_shared();  // the slot's earlier reads by this thread, before the async proxy writes
-    for (int i = t; i < kPieces; i += 32) {
-      if (i < kQkPieces)
-        tma_load_piece(st.q + i * kPieceBytes, &maps.q, i, key_head, t0, landed);
-      else if (i < 2 * kQkPieces)
-        tma_load_piece(st.k + (i - kQkPieces) * kPieceBytes, &maps.k, i - kQkPieces, key_head, t0, landed);
-      else
-        tma_load_piece(st.v + (i - 2 * kQkPieces) * kPieceBytes, &maps.v, v0 / 8 + i - 2 * kQkPieces, head, t0,
-                       landed);
-    }
+  if (t == 0) {
+    constexpr int kPieces = 2 * (kHeadDim / 8) + C::kGroups * kTileV / 8;
+    mbarrier_expect_bytes(landed, uint32_t(kPieces * kPieceBytes));
+    wg::fence_async_shared();  // the slot's earlier reads, before the async proxy writes
+    tma_load_tile(st.q, &maps.q, 0, key_head, t0, landed);
+    tma_load_tile(st.k, &maps.k, 0, key_head, t0, landed);
+    tma_load_tile(st.v, &maps.v, v0 / 8, head, t0, landed);
   }
   const int Hv = args.geometry.num_v_heads;
   const int r = t % kChunk;
@@ -391,6 +386,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
+    stamp(t == 0, kTimelineAuxGroup, chunk, 4);
     // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. A warp's
     // rows are 16 w .. 16 w + 15, so column groups j > 2 w + 1 lie wholly above the diagonal: zeros,
     // without the arithmetic. The decays use __expf (relative error ~1e-6 for |G_r - G_c| < 10,
@@ -430,10 +426,16 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     }
   }
   AuxSync::sync();
-  stamp(t == 0, kTimelineAuxGroup, chunk, 4);
-
-  invert_unit_lower_mma<kInvStride, AuxSync>(inv_s, t);
   stamp(t == 0, kTimelineAuxGroup, chunk, 5);
+
+  // (I + L)^-1 (invert_unit_lower_mma, its steps stamped one by one).
+  invert_diagonal_blocks<kInvStride>(inv_s, t);
+  AuxSync::sync();
+  stamp(t == 0, kTimelineAuxGroup, chunk, 6);
+  merge_inverse_blocks_mma<16, kInvStride, AuxSync>(inv_s, t);
+  stamp(t == 0, kTimelineAuxGroup, chunk, 7);
+  merge_inverse_blocks_mma<32, kInvStride, AuxSync>(inv_s, t);
+  stamp(t == 0, kTimelineAuxGroup, chunk, 8);
   // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 ((t / 8) % 8) .. + 7 of
   // rows t % 8 + 8 (t / 64) + 16 e, so that each store phase fills one core matrix (and each read
   // phase's eight float4 rows, 68 floats apart, cover all 32 banks).
@@ -454,7 +456,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   }
   wg::fence_async_shared();
   AuxSync::sync();  // every read of the f32 inverse is done before the next chunk's L lands there
-  stamp(t == 0, kTimelineAuxGroup, chunk, 6);
+  stamp(t == 0, kTimelineAuxGroup, chunk, 9);
 }
 
 template <typename C>
@@ -685,14 +687,14 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// The map of a [tokens, heads, 128] bf16 tensor as {8 elements, 16 pieces, heads, tokens}, boxes of
-// {8, 1, 1, 64 tokens}.
-bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int heads) {
+// The map of a [tokens, heads, 128] bf16 tensor as {8 elements, tokens, 16 pieces, heads}, boxes of
+// {8, 64 tokens, `box_pieces`, 1}.
+bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int heads, int box_pieces) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
-  const cuuint64_t dims[4] = {8, kHeadDim / 8, cuuint64_t(heads), cuuint64_t(tokens)};
-  const cuuint64_t strides[3] = {16, kHeadDim * 2, cuuint64_t(heads) * kHeadDim * 2};  // bytes, dims 1..3
-  const cuuint32_t box[4] = {8, 1, 1, kChunk};
+  const cuuint64_t dims[4] = {8, cuuint64_t(tokens), kHeadDim / 8, cuuint64_t(heads)};
+  const cuuint64_t strides[3] = {cuuint64_t(heads) * kHeadDim * 2, 16, kHeadDim * 2};  // bytes, dims 1..3
+  const cuuint32_t box[4] = {8, kChunk, cuuint32_t(box_pieces), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(data), dims, strides, box,
                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -706,9 +708,9 @@ int launch(const di_gdn_prefill_args& a, di_gdn_stream stream) {
   // A batch of zero-length sequences reads no input: its maps stay empty.
   InputMaps maps{};
   if (a.total_tokens > 0 &&
-      !(encode_input_map(maps.q, a.q, a.total_tokens, a.geometry.num_k_heads) &&
-        encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads) &&
-        encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads)))
+      !(encode_input_map(maps.q, a.q, a.total_tokens, a.geometry.num_k_heads, kHeadDim / 8) &&
+        encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads, kHeadDim / 8) &&
+        encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads, C::kGroups * kTileV / 8)))
     return DI_GDN_LAUNCH_FAILED;
   if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(C::kSmemBytes)) != cudaSuccess)

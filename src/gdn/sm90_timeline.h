@@ -16,7 +16,7 @@ namespace di::gdn {
 // Warpgroups of a CTA: the state warpgroups 0 and 1 (a half-head CTA has only 0), the auxiliary one.
 constexpr int kTimelineGroups = 3;
 constexpr int kTimelineAuxGroup = 2;
-constexpr int kTimelineEvents = 8;
+constexpr int kTimelineEvents = 10;
 
 // The stamps of CTA c, chunk i, warpgroup g, event e:
 // stamps[((c * chunks + i) * kTimelineGroups + g) * kTimelineEvents + e], SM clock cycles; chunks
@@ -30,7 +30,8 @@ struct Sm90Timeline {
 // State warpgroups: 0 start, 1 the stage is full, 2 (K S), (Q S) done, 3 X made, 4 Vnew done, 5 the
 // state and output products done, 6 the warpgroups past their barrier, 7 the output stored.
 // Auxiliary: 0 start, 1 the stage is empty, 2 the inputs landed, 3 the norms and gates, 4 the Gram
-// products and decays, 5 the inverse, 6 Tinv converted.
+// products, 5 P and L (the decays), 6 the inverse's diagonal blocks, 7 its 16 -> 32 merges, 8 its
+// 32 -> 64 merge, 9 Tinv converted.
 std::string sm90_timeline_event(int group, int event);
 
 // A recorded timeline summarised over the chunks away from each sequence's ends (chunks 2 .. n - 3):

@@ -17,7 +17,7 @@ size_t index(int cta, int chunk, int group, int event) {
 }
 
 // CTA c's warpgroup g passes event e of chunk i at base + 1000 i + gaps[0] + ... + gaps[e]; CTA 2 has
-// no second state warpgroup (a half-head CTA), and the auxiliary warpgroup has no event 7.
+// no second state warpgroup (a half-head CTA), and the state warpgroups have no events 8 and 9.
 std::vector<uint64_t> recording(const std::vector<uint64_t>& state_gaps, const std::vector<uint64_t>& aux_gaps) {
   std::vector<uint64_t> stamps(size_t(kCtas) * kChunks * kTimelineGroups * kTimelineEvents, 0);
   for (int c = 0; c < kCtas; ++c)
@@ -33,7 +33,7 @@ std::vector<uint64_t> recording(const std::vector<uint64_t>& state_gaps, const s
 
 TEST(Sm90Timeline, MediansAreTheStagesGapsAwayFromTheEnds) {
   const std::vector<uint64_t> state_gaps = {0, 40, 110, 60, 130, 200, 30, 90};
-  const std::vector<uint64_t> aux_gaps = {0, 300, 20, 80, 150, 250, 120};
+  const std::vector<uint64_t> aux_gaps = {0, 300, 20, 80, 150, 60, 250, 90, 70, 120};
   std::vector<uint64_t> stamps = recording(state_gaps, aux_gaps);
   // An outlier in a chunk at the sequence's start (left out) and one in the middle (a median ignores it).
   stamps[index(0, 0, 0, 3)] += 50;
@@ -53,14 +53,14 @@ TEST(Sm90Timeline, MediansAreTheStagesGapsAwayFromTheEnds) {
       EXPECT_EQ(g.stages[e - 1].name, sm90_timeline_event(g.group, int(e)));
     }
   }
-  EXPECT_EQ(sm90_timeline_event(kTimelineAuxGroup, 5), "inverse");
+  EXPECT_EQ(sm90_timeline_event(kTimelineAuxGroup, 6), "inverse diagonal");
   EXPECT_EQ(sm90_timeline_event(0, 7), "output stored");
-  EXPECT_EQ(sm90_timeline_event(kTimelineAuxGroup, 7), "");
+  EXPECT_EQ(sm90_timeline_event(0, 8), "");
   EXPECT_EQ(sm90_timeline_event(3, 0), "");
 }
 
 TEST(Sm90Timeline, BrokenRecordingsAreCountedNotSummarised) {
-  std::vector<uint64_t> stamps = recording({0, 10, 10, 10, 10, 10, 10, 10}, {0, 10, 10, 10, 10, 10, 10});
+  std::vector<uint64_t> stamps = recording({0, 10, 10, 10, 10, 10, 10, 10}, {0, 10, 10, 10, 10, 10, 10, 10, 10, 10});
   stamps[index(1, 3, 0, 5)] = stamps[index(1, 3, 0, 4)] - 1;  // a stamp before the one ahead of it
   const Sm90TimelineSummary s = summarise_sm90_timeline(stamps, kCtas, kChunks);
   EXPECT_EQ(s.out_of_order, 1);
