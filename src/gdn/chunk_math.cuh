@@ -59,19 +59,21 @@ __device__ __forceinline__ void load_chunk_gates(const float* g, const float* be
 
 // The four 16x16 diagonal blocks of (I + L)^-1, in place in `tmat` (64 x 64 floats, row stride
 // `stride`, L strictly lower). Threads 0..63 take part (block tid / 16, column tid % 16): column c
-// solves (I + L_bb) x = e_c by forward substitution, x_i = [i == c] - sum_{k < i} L_ik x_k.
+// solves (I + L_bb) x = e_c by forward substitution, x_i = [i == c] - sum_{k < i} L_ik x_k, the terms
+// added in order of k. Column-oriented: once x_k is final it goes into every x_i below it, so the
+// chain of dependent steps is 16 long (each row's sum in turn would make it 120) and the sums are the
+// same, term for term.
 template <int stride>
 __device__ __forceinline__ void invert_diagonal_blocks(float* tmat, int tid) {
   if (tid >= 64) return;
   const int base = (tid / 16) * 16, c = tid % 16;
   float x[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const float* l_row = tmat + (base + i) * stride + base;
-    float acc = i == c ? 1.f : 0.f;
+  for (int i = 0; i < 16; ++i) x[i] = i == c ? 1.f : 0.f;
 #pragma unroll
-    for (int kk = 0; kk < i; ++kk) acc = fmaf(-l_row[kk], x[kk], acc);
-    x[i] = acc;
+  for (int k = 0; k < 15; ++k) {
+#pragma unroll
+    for (int i = k + 1; i < 16; ++i) x[i] = fmaf(-tmat[(base + i) * stride + base + k], x[k], x[i]);
   }
   __syncwarp();  // a block's 16 threads share one warp: all its L reads are done before the writes
 #pragma unroll

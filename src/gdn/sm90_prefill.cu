@@ -355,7 +355,9 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     const int r = t % kChunk;
     float inv = 1.0f;
     if ((args.flags & DI_GDN_QK_L2NORM) != 0) {
-      float sum = 0.f;
+      // Eight partial sums (element e of each piece into sum e), so that the chain of dependent adds is
+      // 16 long rather than 128: this runs on the auxiliary warpgroup's critical path.
+      float sum[8] = {};
       const unsigned char* row = tile + wg::piece_offset(r, 0, kChunk);
 #pragma unroll
       for (int part = 0; part < kHeadDim / 8; ++part) {
@@ -364,10 +366,11 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
-          sum = fmaf(a, a, sum), sum = fmaf(b, b, sum);
+          sum[2 * j] = fmaf(a, a, sum[2 * j]), sum[2 * j + 1] = fmaf(b, b, sum[2 * j + 1]);
         }
       }
-      inv = 1.0f / sqrtf(sum + 1e-6f);
+      const float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
+      inv = 1.0f / sqrtf(total + 1e-6f);
     }
     (t < kChunk ? st.q_inv : st.k_inv)[r] = inv;
   }
@@ -387,11 +390,12 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
-    // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. A warp's
-    // rows are 16 w .. 16 w + 15, so column groups j > 2 w + 1 lie wholly above the diagonal: zeros,
-    // without the arithmetic. The decays use __expf (relative error ~1e-6 for |G_r - G_c| < 10,
-    // far below the bf16 rounding of P; L's entries decay with it).
-    const int warp = t / 32;
+    // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. Every
+    // thread computes all its entries, those above the diagonal masked to zeros: without a branch per
+    // column group the loads and exponentials of all eight overlap (this runs on the auxiliary
+    // warpgroup's critical path; a branch that skipped the groups above a warp's rows serialised them).
+    // The decays use __expf (relative error ~1e-6 for |G_r - G_c| < 10, far below the bf16 rounding of
+    // P; L's entries decay with it).
     float p_row[2], l_row[2], G_row[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -401,20 +405,18 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
     for (int j = 0; j < kChunk / 8; ++j) {
       const int c = 8 * j + frag.col0;
-      float p[2][2] = {}, l[2][2] = {};
-      if (j <= 2 * warp + 1) {
-        const float2 G_col = *reinterpret_cast<const float2*>(st.G + c);
-        const float2 k_col = *reinterpret_cast<const float2*>(st.k_inv + c);
+      float p[2][2], l[2][2];
+      const float2 G_col = *reinterpret_cast<const float2*>(st.G + c);
+      const float2 k_col = *reinterpret_cast<const float2*>(st.k_inv + c);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = frag.row0 + 8 * h, i = 4 * j + 2 * h;
+      for (int h = 0; h < 2; ++h) {
+        const int r = frag.row0 + 8 * h, i = 4 * j + 2 * h;
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int cc = c + e;
-            const float decay = __expf(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f)) * (e ? k_col.y : k_col.x);
-            p[h][e] = cc <= r ? p_row[h] * decay * qk[i + e] : 0.f;
-            l[h][e] = cc < r ? l_row[h] * decay * kk[i + e] : 0.f;
-          }
+        for (int e = 0; e < 2; ++e) {
+          const int cc = c + e;
+          const float decay = __expf(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f)) * (e ? k_col.y : k_col.x);
+          p[h][e] = cc <= r ? p_row[h] * decay * qk[i + e] : 0.f;
+          l[h][e] = cc < r ? l_row[h] * decay * kk[i + e] : 0.f;
         }
       }
 #pragma unroll
