@@ -129,7 +129,8 @@ constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
 static_assert(2 * kMatOpBytes <= kInvBytes, "Tinv's operands fit where its f32 form was");
 
 // The two shapes of the kernel: a CTA of `groups` state warpgroups (each 64 value columns) and one
-// auxiliary warpgroup owns (sequence, value head, 64 x groups value columns).
+// (whole head) or two (half head) auxiliary warpgroups owns (sequence, value head, 64 x groups value
+// columns).
 //   groups == 2: the whole head; the Gram products and the inverse are made once per head.
 //   groups == 1: half a head, twice the CTAs, each with a whole SM: for launches of fewer (sequence,
 //   head) pairs than half the SMs, where CTAs would otherwise be idle SMs.
