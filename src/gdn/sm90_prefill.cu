@@ -10,15 +10,17 @@
 //   S      = exp(G_last) S0 + Kᵀ · W,   W = diag(exp(G_last - G)) Vnew
 // with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as row and column scalings.
 //
-// Design. One CTA of three warpgroups owns (sequence, value head); when that leaves more than half
-// the SMs idle, one CTA of two warpgroups owns each half of the value columns (Config below).
-//   The auxiliary warpgroup (the last) runs one chunk ahead. It computes the gates and inverse
-//   norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of (I + L) in f32 (its
-//   diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores with tf32 operands
-//   split in three products: chunk_math.cuh) and Tinv as bf16 hi + lo operands, into one of two
-//   stages, and signals
-//   the stage full (named barriers; it waits for the stage to be empty first). In a whole-head CTA it
-//   does this once per head: both value halves read the same stage.
+// Design. One CTA of two state warpgroups and one auxiliary warpgroup owns (sequence, value head);
+// when that leaves more than half the SMs idle, one CTA of one state warpgroup and two auxiliary ones
+// owns each half of the value columns (Config below).
+//   The auxiliary warpgroups (the last) run ahead of the state warpgroups. For a chunk, one computes
+//   the gates and inverse norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of
+//   (I + L) in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores
+//   with tf32 operands split in three products: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
+//   into one of three stages, and signals the stage full (named barriers; it waits for the stage to
+//   be empty first). Two auxiliary warpgroups take the chunks in turn, each in its own stage: the
+//   auxiliary work is the longer side of a chunk (docs/benchmarks/gdn-sm90.md), and a whole-head CTA
+//   has no registers for a second one. In a whole-head CTA the stage serves both value halves.
 //   Each state warpgroup keeps a slice of the state, transposed: Sᵀ for its value columns (64 w ..
 //   64 w + 63 for warpgroup w) as [64 values, 128 keys] f32 in wgmma accumulators (two m64n64 tiles,
 //   64 registers per thread) for the whole sequence, read once and written once. Every product it
@@ -37,9 +39,9 @@
 //   mbarrier, so the load overlaps the auxiliary warpgroup's work and costs the state warpgroups a
 //   few instructions. The auxiliary warpgroup zeroes the rows past a sequence's end in its last chunk
 //   (the boxes bring the next sequence's tokens there; past the last token they bring zeros).
-//   Shared memory 185,472 bytes for a whole head (two input slots of 49,664, two stages of 26,112,
-//   two output staging tiles, the f32 inverse), 202,368 for half a head (three input slots of
-//   41,472): one CTA per SM.
+//   Shared memory 197,248 bytes for a whole head (two input slots of 49,664, three stages of 27,136,
+//   each with its f32 inverse, two output staging tiles), 214,144 for half a head (three input slots
+//   of 41,472): one CTA per SM.
 // Numerics. Products of bf16 operands are exact in the f32 accumulators; what rounds is an operand
 // made from f32 values. The kernel keeps ~16 bits (a bf16 hi + lo pair) where that rounding was
 // measured to dominate the error against the float64 oracle: Tinv, X, W and Vnew; Kᵀ is the raw bf16
@@ -111,29 +113,40 @@ constexpr int kInvStride = kChunk + 4; // floats per row of the f32 (I + L) / Ti
 constexpr size_t kQkBytes = size_t(kChunk) * kHeadDim * 2;     // Q or K chunk: operand 64 x 128
 constexpr size_t kVBytes = size_t(kChunk) * kTileV * 2;        // V rows of one value tile, [64][64]
 constexpr size_t kMatOpBytes = size_t(kChunk) * kChunk * 2;    // P, Tinv hi/lo, X, Vnew, W: 64 x 64
-constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv (auxiliary only)
+constexpr size_t kInvBytes = size_t(kChunk) * kInvStride * 4;  // f32 (I + L) -> Tinv
 constexpr size_t kVecBytes = size_t(kChunk) * 4;
 // One stage (the auxiliary warpgroup's products for one chunk).
-constexpr int kStages = 2;
+// The f32 (I + L), inverted in place, becomes Tinv's hi and lo operands in the same bytes (the
+// conversion reads all of it into registers first), so that each stage carries its own inverse and
+// stages can be prepared side by side.
+constexpr int kStages = 3;
 constexpr size_t kStP = 0;
-constexpr size_t kStTHi = kStP + kMatOpBytes;
+constexpr size_t kStInv = kStP + kMatOpBytes;
+constexpr size_t kStTHi = kStInv;
 constexpr size_t kStTLo = kStTHi + kMatOpBytes;
-constexpr size_t kStVec = kStTLo + kMatOpBytes;  // G, beta, exp(G), tail, 1/|q|, 1/|k|
+constexpr size_t kStVec = kStInv + kInvBytes;  // G, beta, exp(G), tail, 1/|q|, 1/|k|
 constexpr size_t kStageBytes = kStVec + 6 * kVecBytes;
+static_assert(2 * kMatOpBytes <= kInvBytes, "Tinv's operands fit where its f32 form was");
 
 // The two shapes of the kernel: a CTA of `groups` state warpgroups (each 64 value columns) and one
-// auxiliary warpgroup owns (sequence, value head, 64 x groups value columns).
+// (whole head) or two (half head) auxiliary warpgroups owns (sequence, value head, 64 x groups value
+// columns).
 //   groups == 2: the whole head; the Gram products and the inverse are made once per head.
 //   groups == 1: half a head, twice the CTAs, each with a whole SM: for launches of fewer (sequence,
 //   head) pairs than half the SMs, where CTAs would otherwise be idle SMs.
 // Chunk c's inputs (Q, K, V by TMA, the raw gates by cp.async) land in input slot c % slots, issued
 // by state warpgroup 0 when the state warpgroups are done with chunk c - slots; its gate-side
-// products go to stage c % 2. The state warpgroups read both.
+// products go to stage c % kStages. The state warpgroups read both.
 template <int groups>
 struct Config {
   static constexpr int kGroups = groups;
   static constexpr int kStateThreads = groups * kWarpgroup;
-  static constexpr int kThreads = kStateThreads + kWarpgroup;  // the auxiliary warpgroup last
+  // Auxiliary warpgroups (last), taking chunks in turn: two where the register budget allows.
+  static constexpr int kAuxGroups = groups == 1 ? 2 : 1;
+  static constexpr int kThreads = kStateThreads + kAuxGroups * kWarpgroup;
+  // The threads of a stage's full and empty barriers: the state warpgroups and the auxiliary one of
+  // its chunk.
+  static constexpr int kStageBarrierThreads = kStateThreads + kWarpgroup;
   static constexpr int kTilesPerHead = kHeadDim / (kTileV * groups);
   static constexpr int kInputSlots = groups == 1 ? 3 : 2;     // as many as fit
   // One input slot.
@@ -146,41 +159,51 @@ struct Config {
   static constexpr size_t kOffInput = 0;
   static constexpr size_t kOffStage = kOffInput + kInputSlots * kInputBytes;
   static constexpr size_t kOffOut = kOffStage + kStages * kStageBytes;  // per state warpgroup: the output's staging
-  static constexpr size_t kOffInv = kOffOut + groups * kMatOpBytes;
-  static constexpr size_t kOffBarriers = kOffInv + kInvBytes;  // per input slot: its loads landed
+  static constexpr size_t kOffBarriers = kOffOut + groups * kMatOpBytes;  // per input slot: its loads landed
   static constexpr size_t kSmemBytes = kOffBarriers + 128;
-  static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffInv % 128 == 0 && kOffBarriers % 128 == 0,
+  static_assert(kInputBytes % 128 == 0 && kStageBytes % 128 == 0 && kOffBarriers % 128 == 0,
                 "aligned regions");
   // Registers per thread: the launch gives every thread 65536 / threads (in steps of 8, at most 255),
-  // and a CTA can only move registers between its warpgroups. With two state warpgroups (168 each at
-  // launch) the auxiliary warpgroup gives some back, so that the state warpgroups can hold the state,
-  // the products' accumulators and their register A operands; with one, each thread can have 255
-  // already. 192 / 120 uses the whole budget (2 x 192 + 120 = 3 x 168) and measures fastest: below
-  // 192 ptxas serialises the state warpgroups' wgmmas for want of registers (warning C7512), and at
-  // 192 / 112 the auxiliary warpgroup spills more (docs/benchmarks/gdn-sm90.md).
+  // and a CTA can only move registers between its warpgroups: the auxiliary ones give some back, so
+  // that the state warpgroups can hold the state, the products' accumulators and their register A
+  // operands. Whole head (168 each at launch): 192 / 120 uses the whole budget (2 x 192 + 120 =
+  // 3 x 168) and measures fastest: below 192 ptxas serialises the state warpgroups' wgmmas for want
+  // of registers (warning C7512), and at 192 / 112 the auxiliary warpgroup spills more
+  // (docs/benchmarks/gdn-sm90.md). Half head (168 at launch): 216 / 144 / 144.
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8 > 255 ? 255 : 65536 / kThreads / 8 * 8;
-  static constexpr int kStateRegisters = groups == 2 ? 192 : 0, kAuxRegisters = groups == 2 ? 120 : 0;
-  static_assert(groups == 1 || kStateThreads * kStateRegisters + kWarpgroup * kAuxRegisters <=
-                                   kThreads * kLaunchRegisters,
+  static constexpr int kStateRegisters = groups == 2 ? 192 : 216, kAuxRegisters = groups == 2 ? 120 : 144;
+  static_assert(kStateThreads * kStateRegisters + kAuxGroups * kWarpgroup * kAuxRegisters <=
+                    kThreads * kLaunchRegisters,
                 "registers the CTA was launched with");
 };
 using Head = Config<2>;
 using HalfHead = Config<1>;
-static_assert(Head::kSmemBytes == 185472 && HalfHead::kSmemBytes == 202368,
+static_assert(Head::kSmemBytes == 197248 && HalfHead::kSmemBytes == 214144,
               "the shared memory budgets the header comment documents");
 
-// Named barriers: 0 is __syncthreads; per stage b, "full" (the auxiliary warpgroup has filled it)
-// and "empty" (the state warpgroups are done with it), over the whole CTA; one per warpgroup for its
-// own steps; one over the state warpgroups.
-constexpr int kBarFull0 = 1, kBarEmpty0 = 3, kBarState0 = 5, kBarAux = 7, kBarStates = 8;
-using AuxSync = NamedSync<kBarAux, kWarpgroup>;
+// Named barriers: 0 is __syncthreads; per stage b, "full" (an auxiliary warpgroup has filled it)
+// and "empty" (the state warpgroups are done with it), over the state warpgroups and the auxiliary
+// one that prepares the stage's chunk; one per warpgroup for its own steps; one over the state
+// warpgroups.
+constexpr int kBarFull0 = 1, kBarEmpty0 = kBarFull0 + kStages, kBarState0 = kBarEmpty0 + kStages,
+              kBarAux0 = kBarState0 + 2, kBarStates = kBarAux0 + 2;
+static_assert(kBarStates < 16, "sixteen named barriers");
+// An auxiliary warpgroup's own barrier (its index from the thread's, so that the shared steps of
+// chunk_math.cuh can take it as a type).
+template <typename C>
+struct AuxGroupSync {
+  __device__ static void sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(kBarAux0 + int(threadIdx.x) / kWarpgroup - C::kGroups), "n"(kWarpgroup)
+                 : "memory");
+  }
+};
 template <typename C>
 __device__ __forceinline__ void bar_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(C::kThreads) : "memory");
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(C::kStageBarrierThreads) : "memory");
 }
 template <typename C>
 __device__ __forceinline__ void bar_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(C::kThreads) : "memory");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(C::kStageBarrierThreads) : "memory");
 }
 template <int n>
 __device__ __forceinline__ void release_registers() {
@@ -290,10 +313,12 @@ __device__ __forceinline__ void store_output(const unsigned char* tile, bf16* ou
 template <typename C>
 struct Stage {
   unsigned char *q, *k, *v, *p, *t_hi, *t_lo;
+  float *inv;  // [64][kInvStride]: (I + L), then Tinv, before it becomes t_hi and t_lo
   float *g_raw, *beta_raw, *G, *beta, *exp_G, *tail, *q_inv, *k_inv;
   __device__ __forceinline__ Stage(unsigned char* smem, int chunk)
       : q(input(smem, chunk) + C::kInQ), k(input(smem, chunk) + C::kInK), v(input(smem, chunk) + C::kInV),
         p(stage(smem, chunk) + kStP), t_hi(stage(smem, chunk) + kStTHi), t_lo(stage(smem, chunk) + kStTLo),
+        inv(reinterpret_cast<float*>(stage(smem, chunk) + kStInv)),
         g_raw(reinterpret_cast<float*>(input(smem, chunk) + C::kInGates)), beta_raw(g_raw + kChunk),
         G(reinterpret_cast<float*>(stage(smem, chunk) + kStVec)), beta(G + kChunk), exp_G(beta + kChunk),
         tail(exp_G + kChunk), q_inv(tail + kChunk), k_inv(q_inv + kChunk) {}
@@ -331,12 +356,14 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
   kernels::cp_async_arrive(landed);
 }
 
-// The auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
+// An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
-// f32; Tinv as hi + lo operands. Ends with the stage's writes fenced for wgmma.
+// f32 in the stage; Tinv as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
 template <typename C>
-__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, float* inv_s,
-                                              int len, int t, int chunk) {
+__device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, int len, int t,
+                                              int chunk) {
+  using AuxSync = AuxGroupSync<C>;
+  float* const inv_s = st.inv;
   const wg::Fragment frag(t);
   if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
     zero_rows_past(st.q, kHeadDim / 8, len, t);
@@ -438,26 +465,32 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 7);
   merge_inverse_blocks_mma<32, kInvStride, AuxSync>(inv_s, t);
   stamp(t == 0, kTimelineAuxGroup, chunk, 8);
-  // Tinv = hi + lo in bf16, as operands [i][j]: thread t converts columns 8 ((t / 8) % 8) .. + 7 of
-  // rows t % 8 + 8 (t / 64) + 16 e, so that each store phase fills one core matrix (and each read
-  // phase's eight float4 rows, 68 floats apart, cover all 32 banks).
+  // Tinv = hi + lo in bf16, as operands [i][j], over the f32 inverse (read whole first): thread t
+  // converts columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e, so that each store
+  // phase fills one core matrix (and each read phase's eight float4 rows, 68 floats apart, cover all
+  // 32 banks).
   {
     const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
     const uint32_t dst = wg::operand_offset(r0, c, kChunk);
+    float4 x[kChunk / 16][2];
 #pragma unroll
     for (int e = 0; e < kChunk / 16; ++e) {
       const float* src = inv_s + (r0 + 16 * e) * kInvStride + c;
-      const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+      x[e][0] = *reinterpret_cast<const float4*>(src), x[e][1] = *reinterpret_cast<const float4*>(src + 4);
+    }
+    AuxSync::sync();  // every read of the f32 inverse is done before its bytes become operands
+#pragma unroll
+    for (int e = 0; e < kChunk / 16; ++e) {
       uint32_t hi[4], lo[4];
-      kernels::split_bf16x2(x0.x, x0.y, hi[0], lo[0]), kernels::split_bf16x2(x0.z, x0.w, hi[1], lo[1]);
-      kernels::split_bf16x2(x1.x, x1.y, hi[2], lo[2]), kernels::split_bf16x2(x1.z, x1.w, hi[3], lo[3]);
+      kernels::split_bf16x2(x[e][0].x, x[e][0].y, hi[0], lo[0]), kernels::split_bf16x2(x[e][0].z, x[e][0].w, hi[1], lo[1]);
+      kernels::split_bf16x2(x[e][1].x, x[e][1].y, hi[2], lo[2]), kernels::split_bf16x2(x[e][1].z, x[e][1].w, hi[3], lo[3]);
       const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
       *reinterpret_cast<uint4*>(st.t_hi + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(st.t_lo + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
   }
   wg::fence_async_shared();
-  AuxSync::sync();  // every read of the f32 inverse is done before the next chunk's L lands there
+  AuxSync::sync();  // the stage's operands are all written before the state warpgroups are told
   stamp(t == 0, kTimelineAuxGroup, chunk, 9);
 }
 
@@ -466,7 +499,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
                                                                           const __grid_constant__ InputMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
-  float* const inv_s = reinterpret_cast<float*>(smem + C::kOffInv);  // [64][kInvStride]
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
@@ -487,24 +519,25 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   __syncthreads();
 
   if (threadIdx.x >= C::kStateThreads) {
-    // ---- The auxiliary warpgroup: one chunk ahead, two stages.
-    if constexpr (C::kAuxRegisters > 0) release_registers<C::kAuxRegisters>();
-    const int t = int(threadIdx.x) - C::kStateThreads;
-    for (int chunk = 0; chunk < num_chunks; ++chunk) {
+    // ---- Auxiliary warpgroup a: chunks a, a + kAuxGroups, ..., ahead of the state warpgroups, each
+    // into stage chunk % kStages.
+    release_registers<C::kAuxRegisters>();
+    const int a = (int(threadIdx.x) - C::kStateThreads) / kWarpgroup, t = int(threadIdx.x) % kWarpgroup;
+    for (int chunk = a; chunk < num_chunks; chunk += C::kAuxGroups) {
       stamp(t == 0, kTimelineAuxGroup, chunk, 0);
-      // The state warpgroups are done with chunk - 2's stage.
-      if (chunk >= 2) bar_sync<C>(kBarEmpty0 + (chunk & 1));
+      // The state warpgroups are done with chunk - kStages, the stage's last chunk.
+      if (chunk >= kStages) bar_sync<C>(kBarEmpty0 + chunk % kStages);
       stamp(t == 0, kTimelineAuxGroup, chunk, 1);
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
       stamp(t == 0, kTimelineAuxGroup, chunk, 2);
-      prepare_chunk(args, Stage<C>(smem, chunk), inv_s, chunk_len(chunk), t, chunk);
-      bar_arrive<C>(kBarFull0 + (chunk & 1));
+      prepare_chunk(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
+      bar_arrive<C>(kBarFull0 + chunk % kStages);
     }
     return;
   }
 
   // ---- State warpgroup w: value columns v0 .. v0 + 63, every product transposed (rows = values).
-  if constexpr (C::kStateRegisters > 0) claim_registers<C::kStateRegisters>();
+  claim_registers<C::kStateRegisters>();
   using StatesSync = NamedSync<kBarStates, C::kStateThreads>;
   const int w = int(threadIdx.x) / kWarpgroup, tid = int(threadIdx.x) % kWarpgroup;
   const int v0 = (tile * C::kGroups + w) * kTileV;
@@ -542,12 +575,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   }
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
-    const int b = chunk & 1;
+    const int b = chunk % kStages;
     const Stage<C> st(smem, chunk);
     const int64_t t0 = seq_begin + int64_t(chunk) * kChunk;
     const int len = chunk_len(chunk);
     stamp(tid == 0, w, chunk, 0);
-    bar_sync<C>(kBarFull0 + b);  // the auxiliary warpgroup has prepared this chunk
+    bar_sync<C>(kBarFull0 + b);  // an auxiliary warpgroup has prepared this chunk
     // Already complete (the auxiliary warpgroup waited on it): the boxes' writes are visible here too.
     kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
     stamp(tid == 0, w, chunk, 1);
@@ -643,7 +676,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
     stamp(tid == 0, w, chunk, 5);
     StatesSync::sync();  // every state warpgroup's products are done with the stage and the input slot
-    if (chunk + 2 < num_chunks) bar_arrive<C>(kBarEmpty0 + b);  // the stage may take chunk + 2
+    if (chunk + kStages < num_chunks) bar_arrive<C>(kBarEmpty0 + b);  // the stage may take chunk + kStages
     if (chunk + C::kInputSlots < num_chunks) load_chunk(chunk + C::kInputSlots);  // the slot its next chunk
     stamp(tid == 0, w, chunk, 6);
 
