@@ -50,17 +50,14 @@ row machine "$(sed -n 2p "$logs/machine.txt")"
 # 1. Build.
 build=${prebuilt:-build-gpu}
 if [ -z "$prebuilt" ]; then
-  sysroot=/tmp/deltainfer-sysroot
-  rm -rf "$sysroot" build-gpu/CMakeCache.txt
-  for deb in .device-deps/*.deb; do dpkg -x "$deb" "$sysroot"; done
+  source scripts/gpu_build_env.sh
+  unpack_device_deps
   [ -f .deps/qwen35-tokenizer/tokenizer.json ] || echo "warning: .deps/qwen35-tokenizer missing: carry it" >&2
   t=$(date +%s)
   # The HTTP server (cpp-httplib, a shared library from the carried packages) only for its benchmark.
   server_flag=-DDI_WITH_SERVER=OFF
   [[ ",$benches," == *",serve,"* ]] && server_flag=-DDI_WITH_SERVER=ON
-  if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
-      -DCMAKE_CUDA_ARCHITECTURES=90a -DDI_TOKENIZER_DIR="$PWD/.deps/qwen35-tokenizer" $server_flag ${DI_CMAKE_ARGS:-} \
-      >"$logs/configure.log" 2>&1 &&
+  if configure_gpu_build . build-gpu $server_flag ${DI_CMAKE_ARGS:-} >"$logs/configure.log" 2>&1 &&
      cmake --build build-gpu --parallel "$(nproc)" >"$logs/build.log" 2>&1; then
     row "build (CUDA sm_90a)" "ok in $(( $(date +%s) - t )) s"
   else

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the development machine: the "A" side of a GDN kernel A/B round (scripts/gdn_ab_round.sh) as an
+# overlay: every file under src/ that differs between REV and the working tree, as it is at REV,
+# at its repository path under DIR (a file the working tree added is listed in DIR/removed.txt).
+# Carry DIR along (it should be a git-ignored path, e.g. .device/ab-a).
+# usage: scripts/gdn_ab_overlay.sh REV DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev=$1 dir=$2
+git rev-parse --verify --quiet "$rev^{commit}" >/dev/null || { echo "not a commit: $rev" >&2; exit 2; }
+rm -rf "$dir"
+mkdir -p "$dir"
+git rev-parse --short "$rev" >"$dir/revision.txt"
+: >"$dir/removed.txt"
+changed=0
+while IFS= read -r path; do
+  if git cat-file -e "$rev:$path" 2>/dev/null; then
+    mkdir -p "$dir/$(dirname "$path")"
+    git show "$rev:$path" >"$dir/$path"
+  else
+    echo "$path" >>"$dir/removed.txt"
+  fi
+  changed=$((changed + 1))
+done < <(git diff --name-only "$rev" -- src)
+[ "$changed" -gt 0 ] || { echo "src/ is the same at $rev and in the working tree: nothing to compare" >&2; exit 1; }
+echo "$changed file(s) of src/ as at $(cat "$dir/revision.txt") in $dir"

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# On the GPU machine: one GDN prefill kernel against another, built from two trees in one call.
+#   B is the working tree; A is the working tree with the overlay of scripts/gdn_ab_overlay.sh laid
+#   over it (the src/ files of another revision). Both are built (di_gdn_bench; B also di_gpu_tests),
+#   the tests matching TESTS run on B, then di_gdn_bench runs interleaved A B B A for every case, and
+#   B's benches are skipped when its tests fail. Options: --timeline (a third build of B configured
+#   with -DDI_SM90_TIMELINE=ON, its stage timeline per case), --profile HEADS:SHAPE (Nsight Compute on
+#   one launch of B's kernel, or of A's when B's tests fail), --backend NAME (default sm90).
+#   Logs in LOG_DIR; a table of the means, A against B, printed last.
+# usage: DI_SOURCE_COMMIT=<sha> scripts/gdn_ab_round.sh --a-overlay DIR [--tests FILTER] [--cases LIST]
+#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] LOG_DIR
+#        FILTER: a gtest filter (default: the GDN prefill, state-layout, inverse and model tests);
+#        LIST: cases HEADS[:SHAPE] separated by spaces (default "16/32 16/64:4x8192 2/8").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+overlay="" filter='*GdnPrefill*:*GdnStateLayout*:*GdnLayoutEquivalence*:*GdnDiagnostic*:*ChunkInverse*:GpuModel.*'
+cases="16/32 16/64:4x8192 2/8" timeline=0 profile="" backend=sm90 logs=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --a-overlay) overlay=$2; shift 2 ;;
+    --tests) filter=$2; shift 2 ;;
+    --cases) cases=$2; shift 2 ;;
+    --timeline) timeline=1; shift ;;
+    --profile) profile=$2; shift 2 ;;
+    --backend) backend=$2; shift 2 ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) logs=$1; shift ;;
+  esac
+done
+[ -n "$overlay" ] && [ -f "$overlay/revision.txt" ] || { echo "--a-overlay DIR (from scripts/gdn_ab_overlay.sh) is required" >&2; exit 2; }
+[ -n "$logs" ] || { echo "LOG_DIR is required" >&2; exit 2; }
+mkdir -p "$logs"
+source scripts/gpu_build_env.sh
+start=$(date +%s)
+echo "source commit ${DI_SOURCE_COMMIT:-unknown} dirty ${DI_SOURCE_DIRTY:-unknown}; A = $(cat "$overlay/revision.txt")'s src/ over it" >"$logs/machine.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$logs/machine.txt" 2>&1
+
+# The trees and their builds, side by side.
+unpack_device_deps
+tree_a=/tmp/deltainfer-ab-a
+rm -rf "$tree_a" && mkdir -p "$tree_a"
+tar cf - --exclude='./build*' --exclude=./.device --exclude=./.git . | tar xf - -C "$tree_a"
+while IFS= read -r -d '' path; do
+  mkdir -p "$tree_a/$(dirname "$path")" && cp "$overlay/$path" "$tree_a/$path"
+done < <(cd "$overlay" && find src -type f -print0)
+while IFS= read -r path; do [ -n "$path" ] && rm -f "$tree_a/$path"; done <"$overlay/removed.txt"
+builds=("build-gpu" "/tmp/deltainfer-ab-a-build")
+configure_gpu_build . build-gpu -DCMAKE_CUDA_FLAGS=-lineinfo >"$logs/configure-B.log" 2>&1 &
+configure_gpu_build "$tree_a" "${builds[1]}" -DCMAKE_CUDA_FLAGS=-lineinfo >"$logs/configure-A.log" 2>&1 &
+[ $timeline -eq 1 ] && configure_gpu_build . /tmp/deltainfer-ab-timeline -DDI_SM90_TIMELINE=ON >"$logs/configure-T.log" 2>&1 &
+wait
+jobs_each=$(( $(nproc) / (2 + timeline) ))
+cmake --build build-gpu --target di_gpu_tests di_gdn_bench -j $jobs_each >"$logs/build-B.log" 2>&1 & pb=$!
+cmake --build "${builds[1]}" --target di_gdn_bench -j $jobs_each >"$logs/build-A.log" 2>&1 & pa=$!
+[ $timeline -eq 1 ] && { cmake --build /tmp/deltainfer-ab-timeline --target di_gdn_bench -j $jobs_each >"$logs/build-T.log" 2>&1 & pt=$!; }
+wait $pb; rb=$?; wait $pa; ra=$?; rt=0; [ $timeline -eq 1 ] && { wait $pt; rt=$?; }
+echo "builds: A rc $ra, B rc $rb, timeline rc $rt ($(( $(date +%s) - start )) s)"
+[ $ra -eq 0 ] && [ $rb -eq 0 ] || { tail -20 "$logs/build-A.log" "$logs/build-B.log"; exit 1; }
+
+# B's tests; its benches only when they pass.
+timeout 600 build-gpu/tests/di_gpu_tests --gtest_filter="$filter" >"$logs/tests.log" 2>&1
+tests_rc=$?
+echo "tests on B: rc $tests_rc, $(grep -E '^\[  PASSED|^\[  FAILED' "$logs/tests.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED' "$logs/tests.log" | head -10
+order="A B B A"
+[ $tests_rc -ne 0 ] && order="A"
+for side in $order; do
+  bin=${builds[1]}/bench/di_gdn_bench
+  [ "$side" = B ] && bin=build-gpu/bench/di_gdn_bench
+  for c in $cases; do
+    heads=${c%%:*} shape=""
+    [[ "$c" == *:* ]] && shape="--shape ${c#*:}"
+    timeout 120 "$bin" --backend "$backend" --heads "$heads" $shape >>"$logs/bench-$side.txt" 2>&1 ||
+      echo "bench $side $c: rc $?"
+  done
+done
+if [ $timeline -eq 1 ] && [ $rt -eq 0 ] && [ $tests_rc -eq 0 ]; then
+  for c in $cases; do
+    heads=${c%%:*} shape=""
+    [[ "$c" == *:* ]] && shape="--shape ${c#*:}"
+    timeout 120 /tmp/deltainfer-ab-timeline/bench/di_gdn_bench --backend "$backend" --timeline --heads "$heads" $shape \
+      >>"$logs/timeline-B.txt" 2>&1 || echo "timeline $c: rc $?"
+  done
+fi
+if [ -n "$profile" ]; then
+  build=build-gpu
+  [ $tests_rc -ne 0 ] && build=${builds[1]}
+  bash scripts/profile_gdn.sh "$build" "$logs/ncu" "$backend" "${profile%%:*}" "${profile#*:}" | tail -20
+fi
+
+# The means of each side's runs per case.
+python3 - "$logs" <<'PY'
+import re, sys, collections
+logs = sys.argv[1]
+runs = {}
+for side in "AB":
+    means = collections.defaultdict(list)
+    try:
+        for line in open(f"{logs}/bench-{side}.txt"):
+            m = re.match(r"(\S+)\s+(\d+/\d+)\s+(\d+x\d+)\s+([\d.]+)\s", line)
+            if m: means[(m[2], m[3])].append(float(m[4]))
+    except FileNotFoundError:
+        pass
+    runs[side] = means
+print("\n| heads | shape | A ms | B ms | B / A |\n|---|---|---|---|---|")
+for key, a in runs["A"].items():
+    b = runs["B"].get(key, [])
+    ma = sum(a) / len(a)
+    mb = sum(b) / len(b) if b else float("nan")
+    print(f"| {key[0]} | {key[1]} | {ma:.3f} ({len(a)}) | {mb:.3f} ({len(b)}) | {mb / ma:.3f} |")
+PY
+echo "wall time $(( $(date +%s) - start )) s"
+[ $tests_rc -eq 0 ]
