@@ -127,7 +127,8 @@ def state_operand(w, form):
     raise ValueError(form)
 
 
-def chunked(q, k, v, g, beta, state, scale, forms):
+def chunked(q, k, v, g, beta, state, scale, forms, stats=None):
+    stats = {} if stats is None else stats
     s = state.copy()
     out = np.empty_like(v)
     for c0 in range(0, len(q), CHUNK):
@@ -140,6 +141,19 @@ def chunked(q, k, v, g, beta, state, scale, forms):
         l_mat = np.tril(bc[:, None] * decay * (kc @ kc.T), -1)
         if forms.get("inverse") == "tf32 merges":
             t_inv = blocked_inverse(np.eye(n) + l_mat, to_tf32)
+        elif forms.get("inverse", "").startswith("gate-free"):
+            # (I + L)^-1 = Gamma (.) (I + L0)^-1 with L0 = strict_lower(diag(beta) K K^T) (GDN_KERNELS.md
+            # 1.2): L0's inverse in float32 (made apart from the gates, e.g. by a pre-pass), stored as
+            # `inverse` says, then gated entry by entry.
+            l0 = np.tril(bc[:, None] * (kc @ kc.T), -1)
+            t0 = np.linalg.inv(np.eye(n) + l0).astype(np.float32).astype(np.float64)
+            key = "gate-free Tinv0, largest entry off the diagonal"
+            stats[key] = max(stats.get(key, 0.0), np.abs(t0 - np.eye(n)).max())
+            if forms["inverse"] == "gate-free, stored bf16 hi+lo":
+                t0 = sum(hi_lo(t0, to_bf16))
+            elif forms["inverse"] == "gate-free, stored bf16":
+                t0 = to_bf16(t0)
+            t_inv = (np.tril(decay) * t0).astype(np.float32).astype(np.float64)
         else:
             t_inv = np.linalg.inv(np.eye(n) + l_mat)
         s_op = to_bf16(s)
@@ -166,6 +180,15 @@ CONFIGURATIONS = {
     "output in fp16, W single": dict(vnew="bf16 hi+lo, three products", output="fp16 P and Vnew, one product",
                                      state="single bf16"),
     "every operand single bf16": dict(vnew="single bf16", output="single bf16", state="single bf16"),
+    "gate-free Tinv0 in f32, gated after": dict(vnew="bf16 hi+lo, three products",
+                                                output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                                inverse="gate-free, f32"),
+    "the same, Tinv0 stored bf16 hi+lo": dict(vnew="bf16 hi+lo, three products",
+                                              output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                              inverse="gate-free, stored bf16 hi+lo"),
+    "the same, Tinv0 stored bf16": dict(vnew="bf16 hi+lo, three products",
+                                        output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                        inverse="gate-free, stored bf16"),
 }
 
 
@@ -173,17 +196,29 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=1024)
+    parser.add_argument("--key-correlation", type=float, default=0.0,
+                        help="weight of one direction shared by every key row (0: independent unit rows, as the "
+                             "tests draw them; near 1: keys nearly parallel, the hardest case for an undamped inverse)")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     q, k, v, g, beta, state = draw(rng, args.tokens)
+    if args.key_correlation > 0:
+        shared = rng.standard_normal(K)
+        shared /= np.linalg.norm(shared)
+        k = (1 - args.key_correlation) * k + args.key_correlation * shared
+        k = to_bf16(k / np.linalg.norm(k, axis=1, keepdims=True))
     scale = K ** -0.5
     want_out, want_state = recurrence(q, k, v, g, beta, state, scale)
-    print(f"seed {args.seed}, {args.tokens} tokens; errors against the float64 recurrence")
+    print(f"seed {args.seed}, {args.tokens} tokens, key correlation {args.key_correlation}; errors against the "
+          "float64 recurrence")
     print(f"{'configuration':40s} {'out max':>9s} {'out (bf16) max':>15s} {'state max':>10s} {'state mean':>11s}")
+    stats = {}
     for name, forms in CONFIGURATIONS.items():
-        out, final = chunked(q, k, v, g, beta, state, scale, forms)
+        out, final = chunked(q, k, v, g, beta, state, scale, forms, stats)
         print(f"{name:40s} {np.abs(out - want_out).max():9.2e} {np.abs(to_bf16(out) - want_out).max():15.2e} "
               f"{np.abs(final - want_state).max():10.2e} {np.abs(final - want_state).mean():11.2e}")
+    for name, value in stats.items():
+        print(f"{name}: {value:.3g}")
 
 
 if __name__ == "__main__":
