@@ -218,6 +218,21 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
   }
 }
 
+// The rows of x as the input op makes them, into shared memory (`row_chunks` 16-byte chunks per row),
+// by the whole block; once per block, before its steps read them. Index: the kernel's K arithmetic.
+template <SmallBatchInput kInput, typename Index>
+__device__ __forceinline__ void stage_input_rows(const SmallBatchLinearParams& p, uint4* staged, float* scale,
+                                                 Index K, Index row_chunks) {
+  input_scales<kInput>(p, scale);
+  const int64_t chunks = p.rows * (K / 8);
+#pragma unroll 4
+  for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
+    const int64_t m = c / (K / 8), k8 = c % (K / 8);
+    staged[m * row_chunks + k8] = load_input<kInput>(p, m, 8 * k8, scale);
+  }
+  __syncthreads();
+}
+
 // Up to 8 rows: a block per tile of 16 weight rows.
 // kWeights: 1, or 2 for swiglu (the gate's and the up projection's rows of one tile, sharing the
 // input loads). kInputTiles: the 8-row input tiles, 1 here (M <= 8), 2 in the resident kernel below
@@ -276,14 +291,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   if constexpr (kInput != SmallBatchInput::plain) {
     __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
                                                                       : SmallBatchLinearParams::kMaxRows];
-    input_scales<kInput>(p, scale);
-    const int64_t chunks = p.rows * (K / 8);
-#pragma unroll 4
-    for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
-      const int64_t m = c / (K / 8), k8 = c % (K / 8);
-      staged[m * row_chunks + k8] = load_input<kInput>(p, m, 8 * k8, scale);
-    }
-    __syncthreads();
+    stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
   }
   for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
     if (s0 != first) load_weights(s0);
@@ -375,19 +383,15 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   if constexpr (kInput != SmallBatchInput::plain) {
     __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
                                                                       : SmallBatchLinearParams::kMaxRows];
-    input_scales<kInput>(p, scale);
-    const int64_t chunks = p.rows * (K / 8);
-#pragma unroll 4
-    for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
-      const int64_t m = c / (K / 8), k8 = c % (K / 8);
-      staged[m * row_chunks + k8] = load_input<kInput>(p, m, 8 * k8, scale);
-    }
-    __syncthreads();
+    stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
   }
   while (true) {
     float acc[kWeights][kInputTiles][kFragment] = {};
-    // The steps of the kernel above, in 32-bit arithmetic. (Both kernels' steps in one function changed
-    // how the one-tile kernel's loop compiles, which its measurements stand for.)
+    // The steps of the kernel above, in 32-bit arithmetic, written out again on purpose: both kernels'
+    // steps in one function (templated on the index type, the accumulators and the weight loader passed
+    // in) changed the one-tile kernels' machine code, in the prologue of the one-row, one-weight form
+    // among others, and that kernel's speed at 1-8 rows is what its measurements stand for
+    // (docs/benchmarks/decode.md). The input staging above is shared: its machine code is unchanged.
     for (int s0 = first; s0 < last; s0 += kUnroll) {
       if (s0 != first) load_weights(s0);
       uint4 x[kUnroll][kInputTiles];
