@@ -181,10 +181,15 @@ __device__ __forceinline__ void invert_unit_lower(float* tmat, float* scratch, i
 }  // namespace di::gdn
 
 namespace di::gdn {
-// x as tf32 big + small, each exact in tf32 (10-bit mantissa): x = big + small to ~21 bits.
+// x as tf32 big + small, each exact in tf32 (10-bit mantissa): x = big + small to ~21 bits. big is x
+// rounded by adding half a tf32 ulp to its bits and clearing the 13 below the mantissa (so |small| <=
+// 2^-11 |x|), small = x - big (exact in f32) with the same bits cleared (an error below 2^-21 |x|).
+// Integer steps: cvt.rna.tf32.f32 is not an instruction on sm_90, and its emulation (a test for
+// infinities and a select around each rounding) made the merges' splits twice as long. A NaN x keeps
+// a NaN small, so it still reaches the products.
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
+  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  small = __float_as_uint(x - __uint_as_float(big)) & 0xffffe000u;
 }
 // c += a b for one m16n8k8 tile on tensor cores (tf32 operands, f32 accumulators).
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -194,7 +199,8 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 // The same with both operands split (three products: small x big, big x small, big x big), which
-// keeps about float32's accuracy: the dropped small x small term is ~2^-22 of the product.
+// keeps about float32's accuracy: the dropped small x small term and small's truncation are each
+// below 2^-21 of the product.
 struct Tf32Split {
   uint32_t big[4], small[4];
   __device__ __forceinline__ explicit Tf32Split(const float (&x)[4]) {

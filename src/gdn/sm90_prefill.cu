@@ -421,33 +421,31 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     // thread computes all its entries, those above the diagonal masked to zeros: without a branch per
     // column group the loads and exponentials of all eight overlap (this runs on the auxiliary
     // warpgroup's critical path; a branch that skipped the groups above a warp's rows serialised them).
-    // The decays use __expf (relative error ~1e-6 for |G_r - G_c| < 10, far below the bf16 rounding of
-    // P; L's entries decay with it).
-    //   The columns' G and 1/|k| come by shuffle: lane l loads those of columns 2 l and 2 l + 1 once, and
-    // column pair 8 j + col0 is lane 4 j + l % 4's. Read from shared memory in the loop, each group's
-    // loads had to wait for the group before it to be stored (the compiler cannot tell the arrays
-    // apart), so the eight groups ran one after the other, each a shared-memory round trip.
+    // The decays are 2^((G_r - G_c) log2 e) by the hardware's approximation (relative error ~1e-6 for
+    // |G_r - G_c| < 10, far below the bf16 rounding of P; L's entries decay with it), decays below
+    // 2^-126 flushed to zero: __expf's handling of those took three of the loop's instructions a
+    // decay.
     float p_row[2], l_row[2], G_row[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = frag.row0 + 8 * h;
       G_row[h] = st.G[r], p_row[h] = args.scale * st.q_inv[r], l_row[h] = st.beta[r] * st.k_inv[r];
     }
-    const float2 G_lane = *reinterpret_cast<const float2*>(st.G + 2 * frag.lane);
-    const float2 k_lane = *reinterpret_cast<const float2*>(st.k_inv + 2 * frag.lane);
 #pragma unroll
     for (int j = 0; j < kChunk / 8; ++j) {
-      const int c = 8 * j + frag.col0, from = 4 * j + frag.lane % 4;
+      const int c = 8 * j + frag.col0;
       float p[2][2], l[2][2];
-      const float2 G_col = make_float2(__shfl_sync(0xffffffffu, G_lane.x, from), __shfl_sync(0xffffffffu, G_lane.y, from));
-      const float2 k_col = make_float2(__shfl_sync(0xffffffffu, k_lane.x, from), __shfl_sync(0xffffffffu, k_lane.y, from));
+      const float2 G_col = *reinterpret_cast<const float2*>(st.G + c);
+      const float2 k_col = *reinterpret_cast<const float2*>(st.k_inv + c);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = frag.row0 + 8 * h, i = 4 * j + 2 * h;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int cc = c + e;
-          const float decay = __expf(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f)) * (e ? k_col.y : k_col.x);
+          const float decay =
+              kernels::fast_exp2(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f) * kernels::kLog2e) *
+              (e ? k_col.y : k_col.x);
           p[h][e] = cc <= r ? p_row[h] * decay * qk[i + e] : 0.f;
           l[h][e] = cc < r ? l_row[h] * decay * kk[i + e] : 0.f;
         }

@@ -39,15 +39,10 @@
 namespace di::attention {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
+using kernels::fast_exp2;
+using kernels::kLog2e;
 
 // ---- Device helpers -------------------------------------------------------------------------------
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: 2^-inf = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Two floats rounded to bf16 (round to nearest even), `lo` in the low half as mma fragments want.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
