@@ -10,6 +10,7 @@
 // GDN recurrence), so prefill MFU = tokens/s x 2 x params / 784 TFLOP/s; a decode step must stream
 // every weight once, so its floor is weight bytes / 4.3 TB/s.
 #include <CLI/CLI.hpp>
+#include <cuda_profiler_api.h>
 
 #include <chrono>
 #include <cstdio>
@@ -173,6 +174,27 @@ nlohmann::json decode_stages(const Qwen35Model& model, const ModelWeights& weigh
   return out;
 }
 
+// One eager decode step (and its greedy sampling) between cudaProfilerStart and Stop, after a few
+// warm-up steps: a profiler started with --profile-from-start off (scripts/profile_decode.sh) sees the
+// step's kernels and nothing else.
+void profile_one_step(const Qwen35Model& model, CudaOps& ops, int64_t batch, std::mt19937_64& rng) {
+  DecodeBatch sequences(model, ops, batch, rng);
+  const std::vector<sampling::SamplingRow> greedy(static_cast<size_t>(batch),
+                                                  sampling::make_sampling_row(SamplingParams{}, 0));
+  std::vector<int64_t> drows(static_cast<size_t>(batch));
+  std::iota(drows.begin(), drows.end(), 0);
+  for (int step = 0; step < 4; ++step) {
+    const BatchPlan d = sequences.next_step(rng);
+    DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+    if (step == 3) DI_CUDA_CHECK(cudaProfilerStart());
+    ops.sample(model.forward(d, drows, ops), greedy);
+    DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+    if (step == 3) DI_CUDA_CHECK(cudaProfilerStop());
+  }
+  sequences.release(ops);
+  std::printf("profiled one eager decode step at batch %lld\n", (long long)batch);
+}
+
 }  // namespace
 }  // namespace di::bench
 
@@ -183,9 +205,15 @@ int main(int argc, char** argv) {
   CLI::App app{"End-to-end GPU engine benchmark"};
   std::string model_dir, json_out;
   int decode_steps = 32;
+  int64_t profile_batch = 0;
+  bool skip_prefill = false;
   app.add_option("--model", model_dir, "model directory")->required();
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--decode-steps", decode_steps, "decode steps timed per batch size")->capture_default_str();
+  app.add_flag("--skip-prefill", skip_prefill, "time decode steps only");
+  app.add_option("--profile-step", profile_batch,
+                 "run one eager decode step of this batch size between cudaProfilerStart and Stop, then exit")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
   try {
     if (cuda::device_count() == 0) fail("no CUDA device visible");
@@ -212,6 +240,10 @@ int main(int argc, char** argv) {
     const double ttft_s = seconds_since(process_start);
     std::printf("start to first token: %.2f s (load %.2f s, upload %.2f s); token %lld\n", ttft_s, load_s, upload_s,
                 (long long)first_token);
+    if (profile_batch > 0) {
+      profile_one_step(model, ops, profile_batch, rng);
+      return 0;
+    }
 
     size_t weight_bytes = 0;
     int64_t params = m.weights.parameter_count;
@@ -227,6 +259,7 @@ int main(int argc, char** argv) {
 
     std::printf("\n%-12s %12s %10s %8s\n", "prefill", "tokens/s", "ms", "MFU");
     for (auto [len, seqs] : {std::pair<int64_t, int64_t>{128, 8}, {2048, 1}, {8192, 1}, {32768, 1}}) {
+      if (skip_prefill) break;
       std::vector<double> runs;
       prefill_once(model, ops, len, seqs, rng);  // warm-up: GEMM plans, pool growth
       for (int r = 0; r < 3; ++r) runs.push_back(prefill_once(model, ops, len, seqs, rng));
@@ -239,7 +272,7 @@ int main(int argc, char** argv) {
 
     const double floor_ms = double(weight_bytes) / (kCopyTBps * 1e12) * 1e3;
     std::printf("\n%-8s %-7s %12s %10s %14s\n", "decode", "mode", "tokens/s", "ms/step", "of the floor");
-    for (int64_t batch : {1, 8, 64})
+    for (int64_t batch : {1, 8, 16, 64})
     for (bool graphed : {true, false}) {
       DecodeBatch sequences(model, ops, batch, rng);
       // Greedy sampling on the GPU: only the token ids come back to the host.

@@ -38,12 +38,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 # The trees and their builds, side by side.
 unpack_device_deps
 tree_a=/tmp/deltainfer-ab-a
-rm -rf "$tree_a" && mkdir -p "$tree_a"
-tar cf - --exclude='./build*' --exclude=./.device --exclude=./.git . | tar xf - -C "$tree_a"
-while IFS= read -r -d '' path; do
-  mkdir -p "$tree_a/$(dirname "$path")" && cp "$overlay/$path" "$tree_a/$path"
-done < <(cd "$overlay" && find src -type f -print0)
-while IFS= read -r path; do [ -n "$path" ] && rm -f "$tree_a/$path"; done <"$overlay/removed.txt"
+overlay_tree "$overlay" "$tree_a"
 builds=("build-gpu" "/tmp/deltainfer-ab-a-build")
 configure_gpu_build . build-gpu -DCMAKE_CUDA_FLAGS=-lineinfo >"$logs/configure-B.log" 2>&1 &
 configure_gpu_build "$tree_a" "${builds[1]}" -DCMAKE_CUDA_FLAGS=-lineinfo >"$logs/configure-A.log" 2>&1 &

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# On the GPU machine: a change to the decode step against the tree before it, built from two trees
+# in one call.
+#   B is the working tree; A is the working tree with the overlay of scripts/gdn_ab_overlay.sh laid
+#   over it (the src/ files of another revision). Both are built (di_linear_bench, di_engine_bench,
+#   deltainfer; B also di_gpu_tests), B writes the 4b-geometry checkpoint and runs the tests matching
+#   FILTER, then interleaved A B B A: the decode-sized linear layers (di_linear_bench, 1, 8 and 16
+#   rows), the decode steps (di_engine_bench --skip-prefill: graphed and eager at batch 1, 8, 16, 64)
+#   and bench-offline (1024 tokens in, 256 out) at each of the --offline concurrencies. B's runs are
+#   skipped when its tests fail. --census "1 16": Nsight Compute's census of one decode step of B per
+#   batch size (scripts/profile_decode.sh). Logs in LOG_DIR; a table of the means, A against B, last.
+# usage: DI_SOURCE_COMMIT=<sha> scripts/decode_ab_round.sh --a-overlay DIR [--tests FILTER]
+#          [--offline "16"] [--census "1 16"] LOG_DIR
+set -uo pipefail
+cd "$(dirname "$0")/.."
+overlay="" filter='*SmallBatch*:GpuModel.*:*EngineGpu*' offline="16" census="" logs=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --a-overlay) overlay=$2; shift 2 ;;
+    --tests) filter=$2; shift 2 ;;
+    --offline) offline=$2; shift 2 ;;
+    --census) census=$2; shift 2 ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) logs=$1; shift ;;
+  esac
+done
+[ -n "$overlay" ] && [ -f "$overlay/revision.txt" ] || { echo "--a-overlay DIR (from scripts/gdn_ab_overlay.sh) is required" >&2; exit 2; }
+[ -n "$logs" ] || { echo "LOG_DIR is required" >&2; exit 2; }
+mkdir -p "$logs"
+source scripts/gpu_build_env.sh
+start=$(date +%s)
+echo "source commit ${DI_SOURCE_COMMIT:-unknown} dirty ${DI_SOURCE_DIRTY:-unknown}; A = $(cat "$overlay/revision.txt")'s src/ over it" >"$logs/machine.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$logs/machine.txt" 2>&1
+nvcc --version | tail -1 >>"$logs/machine.txt"
+
+unpack_device_deps
+tree_a=/tmp/deltainfer-ab-a
+overlay_tree "$overlay" "$tree_a"
+builds=("build-gpu" "/tmp/deltainfer-ab-a-build")
+configure_gpu_build . build-gpu -DDI_WITH_SERVER=OFF >"$logs/configure-B.log" 2>&1 &
+configure_gpu_build "$tree_a" "${builds[1]}" -DDI_WITH_SERVER=OFF >"$logs/configure-A.log" 2>&1 &
+wait
+jobs_each=$(( $(nproc) / 2 ))
+cmake --build build-gpu --target di_gpu_tests di_linear_bench di_engine_bench deltainfer -j $jobs_each >"$logs/build-B.log" 2>&1 & pb=$!
+cmake --build "${builds[1]}" --target di_linear_bench di_engine_bench deltainfer -j $jobs_each >"$logs/build-A.log" 2>&1 & pa=$!
+wait $pb; rb=$?; wait $pa; ra=$?
+echo "builds: A rc $ra, B rc $rb ($(( $(date +%s) - start )) s)"
+[ $ra -eq 0 ] && [ $rb -eq 0 ] || { tail -20 "$logs/build-A.log" "$logs/build-B.log"; exit 1; }
+
+model=/tmp/deltainfer-4b-geometry
+[ -f "$model/model.safetensors" ] ||
+  build-gpu/deltainfer make-tiny-model --preset 4b-geometry --no-tokenizer "$model" >"$logs/make-4b.log" 2>&1 ||
+  { echo "make-tiny-model 4b-geometry failed"; exit 1; }
+export DI_4B_MODEL_DIR=$model
+
+# B's tests; its benches only when they pass.
+timeout 900 build-gpu/tests/di_gpu_tests --gtest_filter="$filter" >"$logs/tests.log" 2>&1
+tests_rc=$?
+echo "tests on B: rc $tests_rc, $(grep -E '^\[  PASSED|^\[  FAILED' "$logs/tests.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED' "$logs/tests.log" | head -10
+order="A B B A"
+[ $tests_rc -ne 0 ] && order="A"
+for side in $order; do
+  build=${builds[1]}
+  [ "$side" = B ] && build=build-gpu
+  timeout 300 "$build/bench/di_linear_bench" --rows 1 8 16 >>"$logs/linear-$side.txt" 2>&1 || echo "linear $side: rc $?"
+  timeout 300 "$build/bench/di_engine_bench" --model "$model" --skip-prefill >>"$logs/engine-$side.txt" 2>&1 ||
+    echo "engine $side: rc $?"
+  for conc in $offline; do
+    out=$(timeout 300 "$build/deltainfer" bench-offline --model "$model" --device cuda --num-requests $(( 2 * conc )) \
+      --input-len 1024 --output-len 256 --concurrency "$conc" --max-num-seqs 64 2>&1) || echo "offline $side c$conc: rc $?"
+    printf '%s\n' "$out" >>"$logs/offline-$side.txt"
+    grep 'output tokens/s' <<<"$out" | sed "s/\$/   [concurrency $conc]/" >>"$logs/offline-$side.txt"
+  done
+done
+[ -n "$census" ] && [ $tests_rc -eq 0 ] && bash scripts/profile_decode.sh build-gpu "$logs/census" "$model" $census | tail -80
+
+# The means of each side's runs.
+python3 - "$logs" <<'PY'
+import re, sys, collections
+logs = sys.argv[1]
+def read(name, pattern, key, value):
+    out = {}
+    for side in "AB":
+        got = collections.defaultdict(list)
+        try:
+            for line in open(f"{logs}/{name}-{side}.txt"):
+                m = re.search(pattern, line)
+                if m: got[key(m)].append(float(m[value]))
+        except FileNotFoundError:
+            pass
+        out[side] = got
+    return out
+def table(title, unit, runs):
+    print(f"\n| {title} | A {unit} | B {unit} | B / A |\n|---|---|---|---|")
+    for key, a in runs["A"].items():
+        b = runs["B"].get(key, [])
+        ma = sum(a) / len(a)
+        mb = sum(b) / len(b) if b else float("nan")
+        print(f"| {key} | {ma:.3f} ({len(a)}) | {mb:.3f} ({len(b)}) | {mb / ma:.3f} |")
+table("layer, rows", "us", read("linear", r"^\| ([^|]+) \| (\d+) \| [\d.]+ \| ([\d.]+) \|", lambda m: f"{m[1]}, {m[2]}", 3))
+table("decode step, batch", "ms", read("engine", r"^(\d+)\s+(graph|eager)\s+[\d.]+\s+([\d.]+)\s", lambda m: f"{m[2]} {m[1]}", 3))
+table("bench-offline", "output tok/s", read("offline", r"output tokens/s ([\d.]+).*\[concurrency (\d+)\]", lambda m: f"concurrency {m[2]}", 1))
+PY
+echo "wall time $(( $(date +%s) - start )) s"
+[ $tests_rc -eq 0 ]

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Where a run's GPU time goes, kernel by kernel: the census of one profiled window.
+
+Reads the raw page that scripts/profile_decode.sh has Nsight Compute write (`--page raw --csv
+--print-units base`: one row per kernel launch, with its duration and DRAM bytes) and groups the
+launches by kernel (its name without namespaces and arguments, its template arguments kept) and
+grid. For each group it prints the launches, the time in all and per launch, the DRAM bytes per
+launch and the rate they were moved at; last, the sum over every launch. The profiler runs the
+kernels one at a time, so the sum is the step's kernel time without the overlap of early launch,
+and the step's measured time less this sum is what its launches and gaps cost.
+
+usage: ncu_kernel_census.py RAW.csv [--json OUT] [--top N]
+"""
+import argparse
+import collections
+import csv
+import json
+import re
+import sys
+
+DURATION = "gpu__time_duration.sum"
+READ = "dram__bytes_read.sum"
+WRITE = "dram__bytes_write.sum"
+
+
+def short_name(name: str) -> str:
+    """'void a::(anonymous namespace)::k<1, (a::E)3>(a::P, long)' -> 'k<1, 3>'."""
+    name = re.sub(r"^void ", "", name.strip())
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # the parameter list: the first '(' outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and not name.startswith("(anonymous", i):
+            cut = i
+            break
+    name = name[:cut]
+    name = re.sub(r"\([\w:]+\)(-?\d+)", r"\1", name)  # enum casts in template arguments
+    name = name.replace("(anonymous namespace)::", "")
+    return re.sub(r"\b[\w]+::", "", name)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv")
+    ap.add_argument("--json", help="write the groups and totals here")
+    ap.add_argument("--top", type=int, default=40, help="print this many groups, longest first")
+    args = ap.parse_args()
+    try:
+        with open(args.csv, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        print(f"{args.csv}: {e.strerror}", file=sys.stderr)
+        return 1
+    header_at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if header_at is None:
+        print(f"{args.csv}: no 'Kernel Name' header row (not an ncu raw page?)", file=sys.stderr)
+        return 1
+    col = {name: i for i, name in enumerate(rows[header_at])}
+    for needed in ("Kernel Name", "Grid Size", DURATION):
+        if needed not in col:
+            print(f"{args.csv}: no '{needed}' column", file=sys.stderr)
+            return 1
+    data = rows[header_at + 1:]
+    if data and data[0][col["Kernel Name"]] == "":  # the units row
+        units = data.pop(0)
+        if units[col[DURATION]] not in ("ns", "nsecond"):
+            print(f"{args.csv}: durations in '{units[col[DURATION]]}', expected ns (--print-units base)", file=sys.stderr)
+            return 1
+        for metric in (READ, WRITE):
+            if metric in col and units[col[metric]] not in ("byte", "B"):
+                print(f"{args.csv}: {metric} in '{units[col[metric]]}', expected bytes (--print-units base)",
+                      file=sys.stderr)
+                return 1
+
+    def number(row, metric):
+        if metric not in col or row[col[metric]] in ("", "n/a"):
+            return 0.0
+        return float(row[col[metric]].replace(",", ""))
+
+    groups = collections.defaultdict(lambda: {"launches": 0, "ns": 0.0, "bytes": 0.0})
+    total_ns, total_bytes, launches = 0.0, 0.0, 0
+    for row in data:
+        if len(row) < len(col):
+            continue
+        key = (short_name(row[col["Kernel Name"]]), row[col["Grid Size"]])
+        ns, moved = number(row, DURATION), number(row, READ) + number(row, WRITE)
+        g = groups[key]
+        g["launches"] += 1
+        g["ns"] += ns
+        g["bytes"] += moved
+        total_ns += ns
+        total_bytes += moved
+        launches += 1
+    if launches == 0:
+        print(f"{args.csv}: no kernel launches in the page", file=sys.stderr)
+        return 1
+
+    order = sorted(groups.items(), key=lambda kv: -kv[1]["ns"])
+    print(f"{launches} launches, {len(groups)} kernels x grids, {total_ns / 1e3:.1f} us in all, "
+          f"{total_bytes / 1e6:.1f} MB of DRAM traffic ({total_bytes / total_ns:.0f} GB/s over the kernel time)")
+    print(f"\n| kernel | grid | launches | us | of all | us each | MB each | GB/s |\n|---|---|---|---|---|---|---|---|")
+    for (name, grid), g in order[: args.top]:
+        each = g["ns"] / g["launches"]
+        rate = g["bytes"] / g["ns"] if g["ns"] > 0 else 0.0
+        print(f"| {name} | {grid} | {g['launches']} | {g['ns'] / 1e3:.1f} | {100 * g['ns'] / total_ns:.1f}% | "
+              f"{each / 1e3:.2f} | {g['bytes'] / g['launches'] / 1e6:.2f} | {rate:.0f} |")
+    if len(order) > args.top:
+        rest = sum(g["ns"] for _, g in order[args.top:])
+        print(f"| ({len(order) - args.top} more) | | | {rest / 1e3:.1f} | {100 * rest / total_ns:.1f}% | | | |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"launches": launches, "kernel_ns": total_ns, "dram_bytes": total_bytes,
+                       "groups": [{"kernel": n, "grid": gr, **g} for (n, gr), g in order]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
