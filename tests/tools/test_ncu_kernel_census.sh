@@ -6,12 +6,12 @@ tool=$1
 work=$2
 rm -rf "$work" && mkdir -p "$work"
 header='"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"'
-linear='"void di::kernels::(anonymous namespace)::small_batch_linear_kernel<1, 1, (di::kernels::SmallBatchInput)3, 2>(di::kernels::SmallBatchLinearParams, long)"'
+linear='"void di::kernels::<unnamed>::small_batch_linear_kernel<1, 1, (di::kernels::SmallBatchInput)3, 2>(di::kernels::SmallBatchLinearParams, long)"'
 {
   echo "$header"
   echo '"","","","","","","","","","","","byte","byte","ns"'
   echo "\"0\",\"1\",\"b\",\"h\",$linear,\"1\",\"7\",\"(256, 1, 1)\",\"(320, 1, 1)\",\"0\",\"9.0\",\"21000000\",\"2000\",\"6000\""
-  echo '"1","1","b","h","void di::kernels::rms_norm_kernel<float>(di::kernels::NormParams)","1","7","(256, 1, 1)","(1, 1, 1)","0","9.0","5000","5000","2000"'
+  echo '"1","1","b","h","void di::kernels::(anonymous namespace)::rms_norm_kernel<float>(di::kernels::NormParams)","1","7","(256, 1, 1)","(1, 1, 1)","0","9.0","5000","5000","2000"'
   echo "\"2\",\"1\",\"b\",\"h\",$linear,\"1\",\"7\",\"(256, 1, 1)\",\"(320, 1, 1)\",\"0\",\"9.0\",\"21000000\",\"0\",\"8000\""
   echo "\"3\",\"1\",\"b\",\"h\",$linear,\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"9.0\",\"1000\",\"0\",\"1000\""
 } >"$work/page.csv"

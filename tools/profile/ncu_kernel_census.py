@@ -37,7 +37,7 @@ def short_name(name: str) -> str:
             break
     name = name[:cut]
     name = re.sub(r"\([\w:]+\)(-?\d+)", r"\1", name)  # enum casts in template arguments
-    name = name.replace("(anonymous namespace)::", "")
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     return re.sub(r"\b[\w]+::", "", name)
 
 
