@@ -11,6 +11,7 @@ namespace di::kernels {
 using bf16 = __nv_bfloat16;
 
 __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
 // Round a float32 to the nearest bf16 value and back: where the reference rounds.
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }

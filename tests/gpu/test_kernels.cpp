@@ -48,7 +48,8 @@ constexpr int64_t kRows[] = {1, 2, 63, 65, 1000};
 
 TEST_F(KernelTest, RmsNormMatchesReference) {
   SCOPED_TRACE(testing::seed_trace(seed_));
-  for (int64_t dim : {64, 256, 2560, 5120}) {  // warp-per-row (<= 1024) and block-per-row forms
+  for (int64_t dim : {64, 256, 2560, 5120, 9000}) {  // warp-per-row (<= 1024) and block-per-row forms; 9000
+                                                     // is past what a thread of a block holds in registers
     for (int64_t rows : kRows) {
       SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim));
       const auto x = random_bf16_values(size_t(rows * dim), rng_, 3.0f);

@@ -24,6 +24,29 @@ __device__ __forceinline__ float sum_sq_strided(const bf16* row, int64_t dim, in
   return sum;
 }
 
+// A thread's elements first, first + stride, ... of a row, at most kPer of them, loaded together: one
+// round trip to memory where a loop that adds each element as it arrives takes one per element. Past
+// the row's end they are zeros, which add nothing (s + 0 * 0 == s for the sums below, which are never
+// -0), so sum_sq() is sum_sq_strided() bit for bit.
+template <int kPer>
+struct StridedRow {
+  float v[kPer];
+  template <typename T>
+  __device__ __forceinline__ void load(const T* row, int64_t dim, int first, int stride) {
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int64_t i = first + int64_t(u) * stride;
+      v[u] = i < dim ? to_f32(row[i]) : 0.0f;
+    }
+  }
+  __device__ __forceinline__ float sum_sq() const {
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) sum += v[u] * v[u];
+    return sum;
+  }
+};
+
 // 1 / rms of a row, by one warp (every lane gets it).
 __device__ __forceinline__ float warp_row_inv_rms(const bf16* row, int64_t dim, float eps, int lane) {
   return inv_rms(warp_sum(sum_sq_strided(row, dim, lane, 32)), dim, eps);
