@@ -118,14 +118,20 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     }
   }
 
+  const float dt_bias = p.dt_bias[head], A_log = p.A_log[head];  // parameters
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
 
   // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
   const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
-  float q_raw[4], k_raw[4];
+  // Every input of the token issued at once (one round trip): q, k, v, a and b.
+  float q_raw[4], k_raw[4], v[4];
   load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
   load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
+  load_bf16x4(row + 2 * Hk * kHeadDim + head * kHeadDim + col0, v);
+  const int64_t gate = int64_t(seq) * Hv + head;
+  const float a = __bfloat162float(static_cast<const bf16*>(p.a)[gate]);
+  const float b = __bfloat162float(static_cast<const bf16*>(p.b)[gate]);
   float qq = 0.f, kk = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) qq = fmaf(q_raw[i], q_raw[i], qq), kk = fmaf(k_raw[i], k_raw[i], kk);
@@ -143,17 +149,12 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   __syncwarp();
 
   // g = -exp(A_log) softplus(a + dt_bias);  beta = bf16(sigmoid(b)), as a bf16 run rounds it.
-  const int64_t gate = int64_t(seq) * Hv + head;
-  const float a = __bfloat162float(static_cast<const bf16*>(p.a)[gate]);
-  const float b = __bfloat162float(static_cast<const bf16*>(p.b)[gate]);
-  const float x = a + p.dt_bias[head];
+  const float x = a + dt_bias;
   const float softplus = x > 20.0f ? x : log1pf(expf(x));
-  const float g = -expf(p.A_log[head]) * softplus;
+  const float g = -expf(A_log) * softplus;
   const float beta = __bfloat162float(__float2bfloat16_rn(1.0f / (1.0f + expf(-b))));
   const float decay = expf(g);
 
-  float v[4];
-  load_bf16x4(row + 2 * Hk * kHeadDim + head * kHeadDim + col0, v);
 
   // Partial Sᵀk and Sᵀq over the thread's 16 key rows, then over the 8 lanes sharing the columns.
   float k_reg[kKeysPerThread];

@@ -61,20 +61,43 @@ __global__ void conv_state_update_kernel(ConvParams p) {
 // grid (num_seqs, channel blocks), one token per sequence: the conv of conv1d_silu_kernel and the
 // state update of conv_state_update_kernel in one pass (same values, same order), since the thread
 // that reads a (sequence, channel)'s context is the only one that writes its state.
+// Launched early, it may start while the kernel ahead (the input projections) runs, but every kernel
+// before that one has finished (each waits for its own predecessor before it lets the next start).
+// So everything but the token's input is read before the wait, together: the sequence's row and slot
+// (copied in before the step), the weights, and the state (last written by this layer's previous
+// step). Register arrays indexed only by unrolled constants, so they stay in registers.
 __global__ void conv1d_silu_one_token_kernel(ConvParams p) {
-  kernels::wait_for_prior_grid();
-  kernels::allow_dependent_grid();
   const int32_t s = blockIdx.x;
   const int32_t c = thread_channel();
-  if (c >= p.channels) return;
-  const int64_t t = p.cu_seqlens[s];
-  bf16* state = sequence_conv_state(p, s);
-  float ctx[kMaxConvKernel + 1];
-  for (int32_t j = 0; j <= p.kernel; ++j) ctx[j] = conv_context(p, state, t, j, c);
+  const bool active = c < p.channels;
+  float weight[kMaxConvKernel], ctx[kMaxConvKernel + 1];
+  int64_t t = 0;
+  bf16* state = nullptr;
+  if (active) {
+    t = p.cu_seqlens[s];
+    state = sequence_conv_state(p, s);
+#pragma unroll
+    for (int32_t j = 0; j < kMaxConvKernel; ++j)
+      if (j < p.kernel) {
+        weight[j] = p.weight[int64_t(c) * p.kernel + j];
+        ctx[j] = to_f32(state[int64_t(c) * p.kernel + j]);
+      }
+  }
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
+  if (!active) return;
+  const float x = to_f32(static_cast<const bf16*>(p.x)[t * p.channels + c]);
+#pragma unroll
+  for (int32_t j = 0; j <= kMaxConvKernel; ++j)
+    if (j == p.kernel) ctx[j] = x;
   float acc = 0.0f;
-  for (int32_t j = 0; j < p.kernel; ++j) acc += p.weight[int64_t(c) * p.kernel + j] * ctx[1 + j];
+#pragma unroll
+  for (int32_t j = 0; j < kMaxConvKernel; ++j)
+    if (j < p.kernel) acc += weight[j] * ctx[1 + j];
   static_cast<bf16*>(p.out)[t * p.channels + c] = to_bf16(kernels::silu(round_bf16(acc)));
-  for (int32_t j = 0; j < p.kernel; ++j) state[int64_t(c) * p.kernel + j] = to_bf16(ctx[1 + j]);
+#pragma unroll
+  for (int32_t j = 0; j < kMaxConvKernel; ++j)
+    if (j < p.kernel) state[int64_t(c) * p.kernel + j] = to_bf16(ctx[1 + j]);
 }
 
 // One block per token, one warp per head: q and k rows L2-normalised (x / sqrt(sum x^2 + 1e-6)) or

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/rope/rope.h"
 
@@ -34,7 +36,11 @@ cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
       !p.x || !p.positions || p.heads2 < 0 || (p.heads2 > 0 && !p.x2))
     return cudaErrorInvalidValue;
   if (p.tokens == 0) return cudaSuccess;
-  return launch_early(rope_kernel, dim3(unsigned(p.tokens)), dim3(256), 0, stream, p);
+  // A thread per rotation pair where a block holds them all (one pass: the pairs' loads in flight at
+  // once), else 1024 threads taking pairs in turn.
+  const int64_t pairs = (p.heads + p.heads2) * (p.rotary_dim / 2);
+  const unsigned threads = unsigned(std::min<int64_t>(1024, (pairs + 31) / 32 * 32));
+  return launch_early(rope_kernel, dim3(unsigned(p.tokens)), dim3(threads), 0, stream, p);
 }
 
 }  // namespace di::kernels
