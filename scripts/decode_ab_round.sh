@@ -24,18 +24,10 @@ while [ $# -gt 0 ]; do
     *) logs=$1; shift ;;
   esac
 done
-[ -n "$overlay" ] && [ -f "$overlay/revision.txt" ] || { echo "--a-overlay DIR (from scripts/gdn_ab_overlay.sh) is required" >&2; exit 2; }
-[ -n "$logs" ] || { echo "LOG_DIR is required" >&2; exit 2; }
-mkdir -p "$logs"
 source scripts/gpu_build_env.sh
 start=$(date +%s)
-echo "source commit ${DI_SOURCE_COMMIT:-unknown} dirty ${DI_SOURCE_DIRTY:-unknown}; A = $(cat "$overlay/revision.txt")'s src/ over it" >"$logs/machine.txt"
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$logs/machine.txt" 2>&1
-nvcc --version | tail -1 >>"$logs/machine.txt"
-
-unpack_device_deps
-tree_a=/tmp/deltainfer-ab-a
-overlay_tree "$overlay" "$tree_a"
+begin_ab_round "$overlay" "$logs" || exit $?
+tree_a=$DI_AB_TREE_A
 builds=("build-gpu" "/tmp/deltainfer-ab-a-build")
 configure_gpu_build . build-gpu -DDI_WITH_SERVER=OFF >"$logs/configure-B.log" 2>&1 &
 configure_gpu_build "$tree_a" "${builds[1]}" -DDI_WITH_SERVER=OFF >"$logs/configure-A.log" 2>&1 &

@@ -3,6 +3,8 @@
 #   unpack_device_deps            -> sets DI_SYSROOT
 #   configure_gpu_build SRC BUILD [CMAKE_ARGS...]   (run from the repository root)
 #   overlay_tree OVERLAY DIR      -> DIR: the working tree with an A/B overlay (scripts/gdn_ab_overlay.sh)
+#   begin_ab_round OVERLAY LOG_DIR  the start of an A/B round: arguments checked, machine recorded,
+#                                 dependencies unpacked, the A tree laid out at DI_AB_TREE_A
 DI_SYSROOT=/tmp/deltainfer-sysroot
 
 unpack_device_deps() {
@@ -29,4 +31,21 @@ overlay_tree() {
     mkdir -p "$tree/$(dirname "$path")" && cp "$overlay/$path" "$tree/$path"
   done < <(cd "$overlay" && find src -type f -print0)
   while IFS= read -r path; do [ -n "$path" ] && rm -f "$tree/$path"; done <"$overlay/removed.txt"
+}
+
+# The start of an A/B round (scripts/gdn_ab_round.sh, scripts/decode_ab_round.sh): the overlay and the
+# log directory checked, the machine and both sides' sources recorded in LOG_DIR/machine.txt, the
+# build dependencies unpacked and the A tree laid out. Returns 2 on bad arguments.
+DI_AB_TREE_A=/tmp/deltainfer-ab-a
+begin_ab_round() {
+  local overlay=$1 logs=$2
+  [ -n "$overlay" ] && [ -f "$overlay/revision.txt" ] ||
+    { echo "--a-overlay DIR (from scripts/gdn_ab_overlay.sh) is required" >&2; return 2; }
+  [ -n "$logs" ] || { echo "LOG_DIR is required" >&2; return 2; }
+  mkdir -p "$logs"
+  echo "source commit ${DI_SOURCE_COMMIT:-unknown} dirty ${DI_SOURCE_DIRTY:-unknown}; A = $(cat "$overlay/revision.txt")'s src/ over it" >"$logs/machine.txt"
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$logs/machine.txt" 2>&1
+  nvcc --version | tail -1 >>"$logs/machine.txt"
+  unpack_device_deps
+  overlay_tree "$overlay" "$DI_AB_TREE_A"
 }

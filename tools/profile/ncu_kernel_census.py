@@ -13,10 +13,11 @@ usage: ncu_kernel_census.py RAW.csv [--json OUT] [--top N]
 """
 import argparse
 import collections
-import csv
 import json
 import re
 import sys
+
+from ncu_page import read_page
 
 DURATION = "gpu__time_duration.sum"
 READ = "dram__bytes_read.sum"
@@ -47,22 +48,15 @@ def main() -> int:
     ap.add_argument("--json", help="write the groups and totals here")
     ap.add_argument("--top", type=int, default=40, help="print this many groups, longest first")
     args = ap.parse_args()
-    try:
-        with open(args.csv, newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as e:
-        print(f"{args.csv}: {e.strerror}", file=sys.stderr)
+    page = read_page(args.csv, lambda r: "Kernel Name" in r, "'Kernel Name' header row (not an ncu raw page?)")
+    if page is None:
         return 1
-    header_at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-    if header_at is None:
-        print(f"{args.csv}: no 'Kernel Name' header row (not an ncu raw page?)", file=sys.stderr)
-        return 1
-    col = {name: i for i, name in enumerate(rows[header_at])}
+    header, data = page
+    col = {name: i for i, name in enumerate(header)}
     for needed in ("Kernel Name", "Grid Size", DURATION):
         if needed not in col:
             print(f"{args.csv}: no '{needed}' column", file=sys.stderr)
             return 1
-    data = rows[header_at + 1:]
     if data and data[0][col["Kernel Name"]] == "":  # the units row
         units = data.pop(0)
         if units[col[DURATION]] not in ("ns", "nsecond"):

@@ -12,9 +12,10 @@ names where the second role's code starts.
 usage: ncu_sass_regions.py NAME.source.csv [--min-samples N] [--per N] [--split-at OPCODE]
 """
 import argparse
-import csv
 import collections
 import sys
+
+from ncu_page import read_page
 
 
 def main() -> int:
@@ -25,17 +26,10 @@ def main() -> int:
     ap.add_argument("--split-at", default="USETMAXREG.DEALLOC")
     args = ap.parse_args()
 
-    try:
-        with open(args.csv, newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as e:
-        print(f"{args.csv}: {e.strerror}", file=sys.stderr)
+    page = read_page(args.csv, lambda r: r and r[0] == "Address", "'Address' header row (not an ncu SASS source page?)")
+    if page is None:
         return 1
-    header_at = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
-    if header_at is None:
-        print(f"{args.csv}: no 'Address' header row (not an ncu SASS source page?)", file=sys.stderr)
-        return 1
-    header = rows[header_at]
+    header, body = page
     col = {name: i for i, name in enumerate(header)}
     for needed in ("Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"):
         if needed not in col:
@@ -50,7 +44,7 @@ def main() -> int:
             return 0
 
     instructions = []
-    for r in rows[header_at + 1:]:
+    for r in body:
         if len(r) != len(header):
             continue
         source = r[col["Source"]].strip()
