@@ -4,8 +4,8 @@
 #   B is the working tree; A is the working tree with the overlay of scripts/gdn_ab_overlay.sh laid
 #   over it (the src/ files of another revision). Both are built (di_linear_bench, di_engine_bench,
 #   deltainfer; B also di_gpu_tests), B writes the 4b-geometry checkpoint and runs the tests matching
-#   FILTER, then interleaved A B B A: the decode-sized linear layers (di_linear_bench, 1, 8 and 16
-#   rows), the decode steps (di_engine_bench --skip-prefill: graphed and eager at batch 1, 8, 16, 64)
+#   FILTER, then interleaved A B B A: the decode-sized linear layers (di_linear_bench --fused-input, 1,
+#   8 and 16 rows: at one row with the op ahead fused, as a decode step runs them), the decode steps (di_engine_bench --skip-prefill: graphed and eager at batch 1, 8, 16, 64)
 #   and bench-offline (1024 tokens in, 256 out) at each of the --offline concurrencies. B's runs are
 #   skipped when its tests fail. --census "1 16": Nsight Compute's census of one decode step of B per
 #   batch size (scripts/profile_decode.sh). Logs in LOG_DIR; a table of the means, A against B, last.
@@ -55,7 +55,7 @@ order="A B B A"
 for side in $order; do
   build=${builds[1]}
   [ "$side" = B ] && build=build-gpu
-  timeout 300 "$build/bench/di_linear_bench" --rows 1 8 16 >>"$logs/linear-$side.txt" 2>&1 || echo "linear $side: rc $?"
+  timeout 300 "$build/bench/di_linear_bench" --rows 1 8 16 --fused-input >>"$logs/linear-$side.txt" 2>&1 || echo "linear $side: rc $?"
   timeout 300 "$build/bench/di_engine_bench" --model "$model" --skip-prefill >>"$logs/engine-$side.txt" 2>&1 ||
     echo "engine $side: rc $?"
   for conc in $offline; do
