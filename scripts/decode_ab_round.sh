@@ -7,8 +7,9 @@
 #   FILTER, then interleaved A B B A: the decode-sized linear layers (di_linear_bench --fused-input, 1,
 #   8 and 16 rows: at one row with the op ahead fused, as a decode step runs them), the decode steps (di_engine_bench --skip-prefill: graphed and eager at batch 1, 8, 16, 64)
 #   and bench-offline (1024 tokens in, 256 out) at each of the --offline concurrencies. B's runs are
-#   skipped when its tests fail. --census "1 16": Nsight Compute's census of one decode step of B per
-#   batch size (scripts/profile_decode.sh). Logs in LOG_DIR; a table of the means, A against B, last.
+#   skipped when its tests fail. --census "1 16": Nsight Compute's census of one decode step of each
+#   side per batch size (scripts/profile_decode.sh), B's kernels set against A's. Logs in LOG_DIR; a
+#   table of the means, A against B, last.
 # usage: DI_SOURCE_COMMIT=<sha> scripts/decode_ab_round.sh --a-overlay DIR [--tests FILTER]
 #          [--offline "16"] [--census "1 16"] LOG_DIR
 set -uo pipefail
@@ -65,7 +66,16 @@ for side in $order; do
     grep 'output tokens/s' <<<"$out" | sed "s/\$/   [concurrency $conc]/" >>"$logs/offline-$side.txt"
   done
 done
-[ -n "$census" ] && [ $tests_rc -eq 0 ] && bash scripts/profile_decode.sh build-gpu "$logs/census" "$model" $census | tail -80
+# The census of both sides, B's set against A's.
+if [ -n "$census" ] && [ $tests_rc -eq 0 ]; then
+  bash scripts/profile_decode.sh "${builds[1]}" "$logs/census-A" "$model" $census >/dev/null
+  bash scripts/profile_decode.sh build-gpu "$logs/census" "$model" $census >/dev/null
+  for batch in $census; do
+    echo "== decode step census, batch $batch: B against A"
+    python3 tools/profile/ncu_kernel_census.py "$logs/census/decode_census_b$batch.csv" --top 30 \
+      --against "$logs/census-A/decode_census_b$batch.csv"
+  done
+fi
 
 # The means of each side's runs.
 python3 - "$logs" <<'PY'

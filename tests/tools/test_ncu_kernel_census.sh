@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/profile/ncu_kernel_census.py on a small raw page of the shape Nsight Compute writes: launches
-# grouped by kernel and grid, names shortened, times and rates summed; bad input refused by name.
+# grouped by kernel and grid, names shortened, times and rates summed, set against another page;
+# bad input refused by name.
 set -uo pipefail
 tool=$1
 work=$2
@@ -29,6 +30,14 @@ check "another grid of the same kernel is its own group" "| small_batch_linear_k
 check "a namespaced kernel without enum arguments" "| rms_norm_kernel<float> | (1, 1, 1) | 1 | 2.0 |" "$out"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['launches'] == 4 and d['kernel_ns'] == 17000, d" \
   "$work/out.json" && echo "ok   - the JSON totals" || { echo "FAIL - the JSON totals"; failures=$((failures + 1)); }
+# Against another page: the first group's launches twice as long there, the norm absent, a kernel only there.
+sed -e 's/"6000"$/"12000"/' -e 's/"8000"$/"16000"/' -e '/rms_norm_kernel/d' "$work/page.csv" >"$work/other.csv"
+echo '"9","1","b","h","void di::kernels::only_there(int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","0","0","500"' >>"$work/other.csv"
+out=$(python3 "$tool" "$work/page.csv" --against "$work/other.csv" 2>&1)
+check "the other page's time per launch and the change" \
+  "| small_batch_linear_kernel<1, 1, 3, 2> | (320, 1, 1) | 2 | 14.0 | 82.4% | 7.00 | 21.00 | 3000 | 14.00 | -50.0% |" "$out"
+check "a group the other page lacks" "| rms_norm_kernel<float> | (1, 1, 1) | 1 | 2.0 | 11.8% | 2.00 | 0.01 | 5 | - | |" "$out"
+check "a group only the other page has" "only against: only_there (4, 1, 1), 1 launches, 0.5 us" "$out"
 sed 's/"ns"$/"us"/' "$work/page.csv" >"$work/us.csv"
 out=$(python3 "$tool" "$work/us.csv" 2>&1) && { echo "FAIL - microseconds accepted"; failures=$((failures + 1)); }
 check "durations not in ns are refused" "durations in 'us', expected ns" "$out"

@@ -9,7 +9,10 @@ launch and the rate they were moved at; last, the sum over every launch. The pro
 kernels one at a time, so the sum is the step's kernel time without the overlap of early launch,
 and the step's measured time less this sum is what its launches and gaps cost.
 
-usage: ncu_kernel_census.py RAW.csv [--json OUT] [--top N]
+With --against OTHER.csv (the other side of an A/B round), each group also shows the other page's
+time per launch and the change, and the groups only the other page has are listed after.
+
+usage: ncu_kernel_census.py RAW.csv [--json OUT] [--top N] [--against OTHER.csv]
 """
 import argparse
 import collections
@@ -42,31 +45,28 @@ def short_name(name: str) -> str:
     return re.sub(r"\b[\w]+::", "", name)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("--json", help="write the groups and totals here")
-    ap.add_argument("--top", type=int, default=40, help="print this many groups, longest first")
-    args = ap.parse_args()
-    page = read_page(args.csv, lambda r: "Kernel Name" in r, "'Kernel Name' header row (not an ncu raw page?)")
+def census(path):
+    """The page's launches grouped by (kernel, grid): {key: {launches, ns, bytes}}, or None after
+    saying on stderr why the page cannot be read."""
+    page = read_page(path, lambda r: "Kernel Name" in r, "'Kernel Name' header row (not an ncu raw page?)")
     if page is None:
-        return 1
+        return None
     header, data = page
     col = {name: i for i, name in enumerate(header)}
     for needed in ("Kernel Name", "Grid Size", DURATION):
         if needed not in col:
-            print(f"{args.csv}: no '{needed}' column", file=sys.stderr)
-            return 1
+            print(f"{path}: no '{needed}' column", file=sys.stderr)
+            return None
     if data and data[0][col["Kernel Name"]] == "":  # the units row
         units = data.pop(0)
         if units[col[DURATION]] not in ("ns", "nsecond"):
-            print(f"{args.csv}: durations in '{units[col[DURATION]]}', expected ns (--print-units base)", file=sys.stderr)
-            return 1
+            print(f"{path}: durations in '{units[col[DURATION]]}', expected ns (--print-units base)", file=sys.stderr)
+            return None
         for metric in (READ, WRITE):
             if metric in col and units[col[metric]] not in ("byte", "B"):
-                print(f"{args.csv}: {metric} in '{units[col[metric]]}', expected bytes (--print-units base)",
+                print(f"{path}: {metric} in '{units[col[metric]]}', expected bytes (--print-units base)",
                       file=sys.stderr)
-                return 1
+                return None
 
     def number(row, metric):
         if metric not in col or row[col[metric]] in ("", "n/a"):
@@ -74,35 +74,66 @@ def main() -> int:
         return float(row[col[metric]].replace(",", ""))
 
     groups = collections.defaultdict(lambda: {"launches": 0, "ns": 0.0, "bytes": 0.0})
-    total_ns, total_bytes, launches = 0.0, 0.0, 0
     for row in data:
         if len(row) < len(col):
             continue
-        key = (short_name(row[col["Kernel Name"]]), row[col["Grid Size"]])
-        ns, moved = number(row, DURATION), number(row, READ) + number(row, WRITE)
-        g = groups[key]
+        g = groups[(short_name(row[col["Kernel Name"]]), row[col["Grid Size"]])]
         g["launches"] += 1
-        g["ns"] += ns
-        g["bytes"] += moved
-        total_ns += ns
-        total_bytes += moved
-        launches += 1
-    if launches == 0:
-        print(f"{args.csv}: no kernel launches in the page", file=sys.stderr)
+        g["ns"] += number(row, DURATION)
+        g["bytes"] += number(row, READ) + number(row, WRITE)
+    if not groups:
+        print(f"{path}: no kernel launches in the page", file=sys.stderr)
+        return None
+    return dict(groups)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv")
+    ap.add_argument("--json", help="write the groups and totals here")
+    ap.add_argument("--top", type=int, default=40, help="print this many groups, longest first")
+    ap.add_argument("--against", help="another page (the other side of an A/B): its time per launch beside each")
+    args = ap.parse_args()
+    groups = census(args.csv)
+    if groups is None:
         return 1
+    other = census(args.against) if args.against else {}
+    if other is None:
+        return 1
+    launches = sum(g["launches"] for g in groups.values())
+    total_ns = sum(g["ns"] for g in groups.values())
+    total_bytes = sum(g["bytes"] for g in groups.values())
 
     order = sorted(groups.items(), key=lambda kv: -kv[1]["ns"])
     print(f"{launches} launches, {len(groups)} kernels x grids, {total_ns / 1e3:.1f} us in all, "
           f"{total_bytes / 1e6:.1f} MB of DRAM traffic ({total_bytes / total_ns:.0f} GB/s over the kernel time)")
-    print(f"\n| kernel | grid | launches | us | of all | us each | MB each | GB/s |\n|---|---|---|---|---|---|---|---|")
+    if args.against:
+        other_ns = sum(g["ns"] for g in other.values())
+        print(f"against {args.against}: {sum(g['launches'] for g in other.values())} launches, "
+              f"{other_ns / 1e3:.1f} us in all")
+    extra = " us each against | change |" if args.against else ""
+    print(f"\n| kernel | grid | launches | us | of all | us each | MB each | GB/s |{extra}\n"
+          f"|---|---|---|---|---|---|---|---|{'---|---|' if args.against else ''}")
     for (name, grid), g in order[: args.top]:
         each = g["ns"] / g["launches"]
         rate = g["bytes"] / g["ns"] if g["ns"] > 0 else 0.0
-        print(f"| {name} | {grid} | {g['launches']} | {g['ns'] / 1e3:.1f} | {100 * g['ns'] / total_ns:.1f}% | "
-              f"{each / 1e3:.2f} | {g['bytes'] / g['launches'] / 1e6:.2f} | {rate:.0f} |")
+        line = (f"| {name} | {grid} | {g['launches']} | {g['ns'] / 1e3:.1f} | {100 * g['ns'] / total_ns:.1f}% | "
+                f"{each / 1e3:.2f} | {g['bytes'] / g['launches'] / 1e6:.2f} | {rate:.0f} |")
+        if args.against:
+            o = other.get((name, grid))
+            if o:
+                o_each = o["ns"] / o["launches"]
+                line += f" {o_each / 1e3:.2f} | {100 * (each / o_each - 1):+.1f}% |"
+            else:
+                line += " - | |"
+        print(line)
     if len(order) > args.top:
         rest = sum(g["ns"] for _, g in order[args.top:])
         print(f"| ({len(order) - args.top} more) | | | {rest / 1e3:.1f} | {100 * rest / total_ns:.1f}% | | | |")
+    if args.against:
+        for (name, grid), o in sorted(other.items(), key=lambda kv: -kv[1]["ns"]):
+            if (name, grid) not in groups:
+                print(f"only against: {name} {grid}, {o['launches']} launches, {o['ns'] / 1e3:.1f} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"launches": launches, "kernel_ns": total_ns, "dram_bytes": total_bytes,
