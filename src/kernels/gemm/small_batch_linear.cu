@@ -19,7 +19,8 @@ constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 
 // without L1 allocation, so the inputs (read by every block) stay there.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
-  // Not volatile: it may move ahead of the wait for the kernel before, which is the point.
+  // Not volatile, so that it schedules freely in the step loop. Before the wait for the kernel ahead
+  // it does not stay: ptxas moves non-coherent loads past griddepcontrol.wait (docs/benchmarks/decode.md).
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
@@ -279,7 +280,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     }
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
-  // this one may start while that one runs): they are in flight before the wait for its output x.
+  // this one may start while that one runs), so they are issued before the wait for its output x;
+  // the machine code has them after it (see load_stream).
   load_weights(first);
   wait_for_prior_grid();
   allow_dependent_grid();
@@ -370,7 +372,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     }
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
-  // this one may start while that one runs): they are in flight before the wait for its output x.
+  // this one may start while that one runs), so they are issued before the wait for its output x;
+  // the machine code has them after it (see load_stream).
   find_rows(find_tile<kWeights>(p, index));
   load_weights(first);
   wait_for_prior_grid();
