@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda_common.cuh"
@@ -19,13 +20,27 @@ constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 
 // without L1 allocation, so the inputs (read by every block) stay there.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
-  // Not volatile, so that it schedules freely in the step loop. Before the wait for the kernel ahead
-  // it does not stay: ptxas moves non-coherent loads past griddepcontrol.wait (docs/benchmarks/decode.md).
+  // Not volatile, so that it schedules freely in the step loop.
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
 }
+
+// The same 16 bytes, issued before griddepcontrol.wait: ptxas moves non-coherent loads past the wait
+// (even volatile, with a memory clobber), coherent ones it leaves where they are
+// (docs/benchmarks/decode.md). The weights never change, so the coherent path reads the same bits.
+__device__ __forceinline__ uint4 load_stream_ahead_of_wait(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Which of the two loads a step's weights take.
+using AheadOfWait = std::true_type;
+using InStepLoop = std::false_type;
 
 __device__ __forceinline__ void mma_bf16(float (&c)[kFragment], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -267,22 +282,26 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   float acc[kWeights][kInputTiles][kFragment] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
-  const auto load_weights = [&](int64_t s0) {
+  const auto load_weights = [&](int64_t s0, auto ahead_of_wait) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) {
-        w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
-        w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
+        if constexpr (decltype(ahead_of_wait)::value) {
+          w[u][j][0] = in ? load_stream_ahead_of_wait(w_row[j][0] + k) : zero;
+          w[u][j][1] = in ? load_stream_ahead_of_wait(w_row[j][1] + k) : zero;
+        } else {
+          w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
+          w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
+        }
       }
     }
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
-  // this one may start while that one runs), so they are issued before the wait for its output x;
-  // the machine code has them after it (see load_stream).
-  load_weights(first);
+  // this one may start while that one runs), so they are issued before the wait for its output x.
+  load_weights(first, AheadOfWait{});
   wait_for_prior_grid();
   allow_dependent_grid();
   // An input op is applied once per block: the rows, as the op makes them, staged in shared memory,
@@ -296,7 +315,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
   }
   for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
-    if (s0 != first) load_weights(s0);
+    if (s0 != first) load_weights(s0, InStepLoop{});
     uint4 x[kUnroll][kInputTiles];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -359,23 +378,27 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
-  const auto load_weights = [&](int s0) {
+  const auto load_weights = [&](int s0, auto ahead_of_wait) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) {
-        w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
-        w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
+        if constexpr (decltype(ahead_of_wait)::value) {
+          w[u][j][0] = in ? load_stream_ahead_of_wait(w_row[j][0] + k) : zero;
+          w[u][j][1] = in ? load_stream_ahead_of_wait(w_row[j][1] + k) : zero;
+        } else {
+          w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
+          w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
+        }
       }
     }
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
-  // this one may start while that one runs), so they are issued before the wait for its output x;
-  // the machine code has them after it (see load_stream).
+  // this one may start while that one runs), so they are issued before the wait for its output x.
   find_rows(find_tile<kWeights>(p, index));
-  load_weights(first);
+  load_weights(first, AheadOfWait{});
   wait_for_prior_grid();
   allow_dependent_grid();
   // An input op is applied once per block: the rows, as the op makes them, staged in shared memory,
@@ -396,7 +419,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     // among others, and that kernel's speed at 1-8 rows is what its measurements stand for
     // (docs/benchmarks/decode.md). The input staging above is shared: its machine code is unchanged.
     for (int s0 = first; s0 < last; s0 += kUnroll) {
-      if (s0 != first) load_weights(s0);
+      if (s0 != first) load_weights(s0, InStepLoop{});
       uint4 x[kUnroll][kInputTiles];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -420,7 +443,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     const int64_t next = index + gridDim.x;
     if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
       find_rows(find_tile<kWeights>(p, next));
-      load_weights(first);
+      load_weights(first, InStepLoop{});
     }
     store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
     if (next >= tiles) break;
