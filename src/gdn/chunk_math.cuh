@@ -198,25 +198,45 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// The same with both operands split (three products: small x big, big x small, big x big), which
-// keeps about float32's accuracy: the dropped small x small term and small's truncation are each
-// below 2^-21 of the product.
-struct Tf32Split {
+// How the merges' tf32 products keep their operands: split in three products (small x big, big x
+// small, big x big: about float32's accuracy, the dropped small x small term and small's truncation
+// each below 2^-21 of the product), or each operand rounded once to tf32 (one product: a third of the
+// tensor-core work and none of the splits; an entry off the diagonal blocks then carries about 2^-11
+// of its terms' size, under what sm90's bf16 hi + lo Tinv keeps of it to change the GDN state's
+// error: tools/numerics/gdn_chunk_model.py).
+enum class MergeProducts { split_3xtf32, tf32 };
+
+__device__ __forceinline__ uint32_t round_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+// An A operand of the merges' products, as kProducts keeps it.
+template <MergeProducts kProducts>
+struct MergeOperand {
   uint32_t big[4], small[4];
-  __device__ __forceinline__ explicit Tf32Split(const float (&x)[4]) {
+  __device__ __forceinline__ explicit MergeOperand(const float (&x)[4]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) split_tf32(x[i], big[i], small[i]);
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kProducts == MergeProducts::split_3xtf32)
+        split_tf32(x[i], big[i], small[i]);
+      else
+        big[i] = round_tf32(x[i]);
+    }
   }
 };
-__device__ __forceinline__ void mma_3xtf32(float (&c)[4], const Tf32Split& a, float b0, float b1) {
-  uint32_t b0_big, b0_small, b1_big, b1_small;
-  split_tf32(b0, b0_big, b0_small), split_tf32(b1, b1_big, b1_small);
-  mma_tf32(c, a.small, b0_big, b1_big);
-  mma_tf32(c, a.big, b0_small, b1_small);
-  mma_tf32(c, a.big, b0_big, b1_big);
+// c += a b, the b pair rounded or split as a is.
+template <MergeProducts kProducts>
+__device__ __forceinline__ void merge_mma(float (&c)[4], const MergeOperand<kProducts>& a, float b0, float b1) {
+  if constexpr (kProducts == MergeProducts::split_3xtf32) {
+    uint32_t b0_big, b0_small, b1_big, b1_small;
+    split_tf32(b0, b0_big, b0_small), split_tf32(b1, b1_big, b1_small);
+    mma_tf32(c, a.small, b0_big, b1_big);
+    mma_tf32(c, a.big, b0_small, b1_small);
+    mma_tf32(c, a.big, b0_big, b1_big);
+  } else {
+    mma_tf32(c, a.big, round_tf32(b0), round_tf32(b1));
+  }
 }
 
-// merge_inverse_blocks on tensor cores (mma.sync m16n8k8, tf32 operands split in three products), for
+// merge_inverse_blocks on tensor cores (mma.sync m16n8k8, tf32 operands as kProducts says), for
 // one warpgroup (128 threads): T_hl = -T_hh L_hl T_ll for each pair of adjacent n x n diagonal
 // blocks (n = 16: two pairs; n = 32: one), computed transposed so that every operand is either read
 // from `tmat` or already in registers:
@@ -227,7 +247,7 @@ __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const Tf32Split& a, fl
 // the sum that A and B share), which is what an accumulator's column pair (2 t, 2 t + 1) gives. The
 // upper triangles of T_ll and T_hh hold stored zeros (as the tiled FMA merge relies on), so the sums
 // run over all n terms. One sync between the reads of L_hl and the writes of T_hl over it, one after.
-template <int n, int stride, typename Sync>
+template <int n, int stride, typename Sync, MergeProducts kProducts = MergeProducts::split_3xtf32>
 __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
   static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
   constexpr int kSteps = n / 8;  // Y's 8-column tiles = the k steps of both products
@@ -243,11 +263,11 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
     // A = T_llᵀ: A[m][k] = T_ll[k][m], rows m0 + g (+ 8), k = 8 s + 2 t (slot t), 8 s + 2 t + 1 (slot t + 4).
     const float* ta = tmat + (lo + 8 * s + 2 * t) * stride + lo + m0 + g;
     const float a[4] = {ta[0], ta[8], ta[stride], ta[stride + 8]};
-    const Tf32Split a_split(a);
+    const MergeOperand<kProducts> a_op(a);
 #pragma unroll
     for (int j = 0; j < kSteps; ++j) {  // B = L_hlᵀ: B[k][r] = L_hl[r][k], r = 8 j + g
       const float2 b = *reinterpret_cast<const float2*>(tmat + (hi + 8 * j + g) * stride + lo + 8 * s + 2 * t);
-      mma_3xtf32(y[j], a_split, b.x, b.y);
+      merge_mma(y[j], a_op, b.x, b.y);
     }
   }
   constexpr int kHalf = kSteps / 2;  // Z's 8-column tiles per warp
@@ -260,7 +280,7 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
     for (int s = 0; s < kSteps; ++s) {  // A = Y's tile s; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
       const float a[4] = {y[s][0], y[s][2], y[s][1], y[s][3]};
       const float2 b = *reinterpret_cast<const float2*>(tmat + (hi + r + g) * stride + hi + 8 * s + 2 * t);
-      mma_3xtf32(z[j], Tf32Split(a), b.x, b.y);
+      merge_mma(z[j], MergeOperand<kProducts>(a), b.x, b.y);
     }
   }
   Sync::sync();  // every warp's reads of L_hl are done
@@ -275,12 +295,12 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
 
 // (I + L)^-1 in place for one warpgroup: the diagonal 16 x 16 blocks by forward substitution, the
 // merges on tensor cores.
-template <int stride, typename Sync>
+template <int stride, typename Sync, MergeProducts kProducts = MergeProducts::split_3xtf32>
 __device__ __forceinline__ void invert_unit_lower_mma(float* tmat, int tid) {
   invert_diagonal_blocks<stride>(tmat, tid);
   Sync::sync();
-  merge_inverse_blocks_mma<16, stride, Sync>(tmat, tid);
-  merge_inverse_blocks_mma<32, stride, Sync>(tmat, tid);
+  merge_inverse_blocks_mma<16, stride, Sync, kProducts>(tmat, tid);
+  merge_inverse_blocks_mma<32, stride, Sync, kProducts>(tmat, tid);
 }
 
 // The register-tiled variant of invert_unit_lower, for blocks of at most 128 threads (rows of 16-byte

@@ -15,8 +15,8 @@
 // owns each half of the value columns (Config below).
 //   The auxiliary warpgroups (the last) run ahead of the state warpgroups. For a chunk, one computes
 //   the gates and inverse norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of
-//   (I + L) in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores
-//   with tf32 operands split in three products: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
+//   (I + L) in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores,
+//   one tf32 product each: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
 //   into one of three stages, and signals the stage full (named barriers; it waits for the stage to
 //   be empty first). Two auxiliary warpgroups take the chunks in turn, each in its own stage: the
 //   auxiliary work is the longer side of a chunk (docs/benchmarks/gdn-sm90.md), and a whole-head CTA
@@ -465,9 +465,9 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   invert_diagonal_blocks<kInvStride>(inv_s, t);
   AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 6);
-  merge_inverse_blocks_mma<16, kInvStride, AuxSync>(inv_s, t);
+  merge_inverse_blocks_mma<16, kInvStride, AuxSync, MergeProducts::tf32>(inv_s, t);
   stamp(t == 0, kTimelineAuxGroup, chunk, 7);
-  merge_inverse_blocks_mma<32, kInvStride, AuxSync>(inv_s, t);
+  merge_inverse_blocks_mma<32, kInvStride, AuxSync, MergeProducts::tf32>(inv_s, t);
   stamp(t == 0, kTimelineAuxGroup, chunk, 8);
   // Tinv = hi + lo in bf16, as operands [i][j], over the f32 inverse (read whole first): thread t
   // converts columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e, so that each store

@@ -148,6 +148,14 @@
 //                                 relative error 2^-8), and Vnew inherits the bf16 state's error; the
 //                                 decay and the projector forget older errors, so it does not grow
 //                                 with T.
+//   kTf32InverseVsF64 1.5e-3 / 2e-3  (I + L)^-1 whose merges take single tf32 products (the sm90
+//                                 kernel's) against float64: a merged entry sums up to 32 products
+//                                 of entries at most 1 in magnitude (unit keys, beta in [0, 1]), each
+//                                 operand rounded to 2^-11 of itself, and the sums cancel, so its
+//                                 error scales with the terms, not with the entry. A float64 model of
+//                                 the test's draws (200 seeds) gave max 1.1e-4 with independent keys
+//                                 and 6.5e-4 with keys sharing 0.7 of a direction; a wrong fragment
+//                                 or block is off by O(0.1).
 //   kBf16TwoGdnKernels 1e-5 / 8e-3  the bf16 outputs of two float32 GDN kernels against each other
 //                                 (T decode steps against one chunked prefill): each is within half
 //                                 a bf16 ulp of its float32 value, so they may sit one ulp apart
@@ -225,6 +233,7 @@ inline constexpr Tolerance kBf16GdnKernelOut{5e-6, 4e-3, "bf16-gdn-kernel-out"};
 inline constexpr Tolerance kF32GdnKernelState{2e-5, 2e-4, "f32-gdn-kernel-state"};
 inline constexpr Tolerance kBf16GdnTensorCoreOut{2e-3, 1.6e-2, "bf16-gdn-tensor-core-out"};
 inline constexpr Tolerance kF32GdnTensorCoreState{4e-3, 2e-2, "f32-gdn-tensor-core-state"};
+inline constexpr Tolerance kTf32InverseVsF64{1.5e-3, 2e-3, "tf32-inverse-vs-f64"};
 inline constexpr Tolerance kBf16TwoGdnKernels{1e-5, 8e-3, "bf16-two-gdn-kernels"};
 inline constexpr Tolerance kGoldenF32Logit{5e-4, 5e-5, "golden-f32-logit"};
 inline constexpr Tolerance kGoldenBf16Logit{1.25, 0.01, "golden-bf16-logit"};

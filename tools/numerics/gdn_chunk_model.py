@@ -168,6 +168,9 @@ def chunked(q, k, v, g, beta, state, scale, forms, stats=None):
 CONFIGURATIONS = {
     "sm90 at 8dc2b86": dict(vnew="bf16 hi+lo, three products", output="bf16 P, bf16 hi+lo Vnew, two products",
                             state="bf16 hi+lo"),
+    "sm90 with the merges in one tf32 product": dict(vnew="bf16 hi+lo, three products",
+                                                     output="bf16 P, bf16 hi+lo Vnew, two products",
+                                                     state="bf16 hi+lo", inverse="tf32 merges"),
     "output in fp16": dict(vnew="bf16 hi+lo, three products", output="fp16 P and Vnew, one product",
                            state="bf16 hi+lo"),
     "output in fp16, Vnew from fp16 Tinv": dict(vnew="fp16 Tinv, fp16 hi+lo X, two products",
