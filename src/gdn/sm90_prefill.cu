@@ -431,12 +431,28 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
       const int r = frag.row0 + 8 * h;
       G_row[h] = st.G[r], p_row[h] = args.scale * st.q_inv[r], l_row[h] = st.beta[r] * st.k_inv[r];
     }
+    // In whole-head CTAs, where this warpgroup is the chunk's critical path, the next column group's
+    // factors are read before this group's stores: the compiler cannot tell those stores from these
+    // loads, and would otherwise issue each group's loads only after the stores of the group before
+    // (one load latency per group on the chain). Measured 1.6-1.9% off the whole-head shapes and
+    // 0.6-1.9% onto some half-head ones (docs/benchmarks/gdn-sm90.md), which keep the loads in place.
+    const auto column_factors = [&](int j, float2& G_col, float2& k_col) {
+      G_col = *reinterpret_cast<const float2*>(st.G + 8 * j + frag.col0);
+      k_col = *reinterpret_cast<const float2*>(st.k_inv + 8 * j + frag.col0);
+    };
+    float2 G_next, k_next;
+    if constexpr (C::kGroups == 2) column_factors(0, G_next, k_next);
 #pragma unroll
     for (int j = 0; j < kChunk / 8; ++j) {
       const int c = 8 * j + frag.col0;
       float p[2][2], l[2][2];
-      const float2 G_col = *reinterpret_cast<const float2*>(st.G + c);
-      const float2 k_col = *reinterpret_cast<const float2*>(st.k_inv + c);
+      float2 G_col, k_col;
+      if constexpr (C::kGroups == 2) {
+        G_col = G_next, k_col = k_next;
+        if (j + 1 < kChunk / 8) column_factors(j + 1, G_next, k_next);
+      } else {
+        column_factors(j, G_col, k_col);
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = frag.row0 + 8 * h, i = 4 * j + 2 * h;
