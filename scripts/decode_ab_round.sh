@@ -78,31 +78,6 @@ if [ -n "$census" ] && [ $tests_rc -eq 0 ]; then
 fi
 
 # The means of each side's runs.
-python3 - "$logs" <<'PY'
-import re, sys, collections
-logs = sys.argv[1]
-def read(name, pattern, key, value):
-    out = {}
-    for side in "AB":
-        got = collections.defaultdict(list)
-        try:
-            for line in open(f"{logs}/{name}-{side}.txt"):
-                m = re.search(pattern, line)
-                if m: got[key(m)].append(float(m[value]))
-        except FileNotFoundError:
-            pass
-        out[side] = got
-    return out
-def table(title, unit, runs):
-    print(f"\n| {title} | A {unit} | B {unit} | B / A |\n|---|---|---|---|")
-    for key, a in runs["A"].items():
-        b = runs["B"].get(key, [])
-        ma = sum(a) / len(a)
-        mb = sum(b) / len(b) if b else float("nan")
-        print(f"| {key} | {ma:.3f} ({len(a)}) | {mb:.3f} ({len(b)}) | {mb / ma:.3f} |")
-table("layer, rows", "us", read("linear", r"^\| ([^|]+) \| (\d+) \| [\d.]+ \| ([\d.]+) \|", lambda m: f"{m[1]}, {m[2]}", 3))
-table("decode step, batch", "ms", read("engine", r"^(\d+)\s+(graph|eager)\s+[\d.]+\s+([\d.]+)\s", lambda m: f"{m[2]} {m[1]}", 3))
-table("bench-offline", "output tok/s", read("offline", r"output tokens/s ([\d.]+).*\[concurrency (\d+)\]", lambda m: f"concurrency {m[2]}", 1))
-PY
+python3 tools/bench/ab_round.py means decode "$logs"
 echo "wall time $(( $(date +%s) - start )) s"
 [ $tests_rc -eq 0 ]

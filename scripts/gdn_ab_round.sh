@@ -78,25 +78,6 @@ if [ -n "$profile" ]; then
 fi
 
 # The means of each side's runs per case.
-python3 - "$logs" <<'PY'
-import re, sys, collections
-logs = sys.argv[1]
-runs = {}
-for side in "AB":
-    means = collections.defaultdict(list)
-    try:
-        for line in open(f"{logs}/bench-{side}.txt"):
-            m = re.match(r"(\S+)\s+(\d+/\d+)\s+(\d+x\d+)\s+([\d.]+)\s", line)
-            if m: means[(m[2], m[3])].append(float(m[4]))
-    except FileNotFoundError:
-        pass
-    runs[side] = means
-print("\n| heads | shape | A ms | B ms | B / A |\n|---|---|---|---|---|")
-for key, a in runs["A"].items():
-    b = runs["B"].get(key, [])
-    ma = sum(a) / len(a)
-    mb = sum(b) / len(b) if b else float("nan")
-    print(f"| {key[0]} | {key[1]} | {ma:.3f} ({len(a)}) | {mb:.3f} ({len(b)}) | {mb / ma:.3f} |")
-PY
+python3 tools/bench/ab_round.py means gdn "$logs"
 echo "wall time $(( $(date +%s) - start )) s"
 [ $tests_rc -eq 0 ]
