@@ -41,6 +41,13 @@ __device__ __forceinline__ uint4 load_stream_ahead_of_wait(const void* p) {
 // Which of the two loads a step's weights take.
 using AheadOfWait = std::true_type;
 using InStepLoop = std::false_type;
+template <typename When>
+__device__ __forceinline__ uint4 load_weights16(const void* p) {
+  if constexpr (When::value)
+    return load_stream_ahead_of_wait(p);
+  else
+    return load_stream(p);
+}
 
 __device__ __forceinline__ void mma_bf16(float (&c)[kFragment], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -282,20 +289,15 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   float acc[kWeights][kInputTiles][kFragment] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
-  const auto load_weights = [&](int64_t s0, auto ahead_of_wait) {
+  const auto load_weights = [&](int64_t s0, auto when) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) {
-        if constexpr (decltype(ahead_of_wait)::value) {
-          w[u][j][0] = in ? load_stream_ahead_of_wait(w_row[j][0] + k) : zero;
-          w[u][j][1] = in ? load_stream_ahead_of_wait(w_row[j][1] + k) : zero;
-        } else {
-          w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
-          w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
-        }
+        w[u][j][0] = in ? load_weights16<decltype(when)>(w_row[j][0] + k) : zero;
+        w[u][j][1] = in ? load_weights16<decltype(when)>(w_row[j][1] + k) : zero;
       }
     }
   };
@@ -378,20 +380,15 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
-  const auto load_weights = [&](int s0, auto ahead_of_wait) {
+  const auto load_weights = [&](int s0, auto when) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) {
-        if constexpr (decltype(ahead_of_wait)::value) {
-          w[u][j][0] = in ? load_stream_ahead_of_wait(w_row[j][0] + k) : zero;
-          w[u][j][1] = in ? load_stream_ahead_of_wait(w_row[j][1] + k) : zero;
-        } else {
-          w[u][j][0] = in ? load_stream(w_row[j][0] + k) : zero;
-          w[u][j][1] = in ? load_stream(w_row[j][1] + k) : zero;
-        }
+        w[u][j][0] = in ? load_weights16<decltype(when)>(w_row[j][0] + k) : zero;
+        w[u][j][1] = in ? load_weights16<decltype(when)>(w_row[j][1] + k) : zero;
       }
     }
   };
