@@ -6,10 +6,7 @@ set -uo pipefail
 tool=$1
 work=$2
 rm -rf "$work" && mkdir -p "$work/decode" "$work/gdn" "$work/empty"
-failures=0
-check() {  # check NAME PATTERN TEXT
-  if grep -qF -- "$2" <<<"$3"; then echo "ok   - $1"; else echo "FAIL - $1: lacks '$2' in: $3"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/check.sh"
 
 # A decode round: two runs a side (the files hold both, as A B B A appends them).
 d=$work/decode
@@ -87,5 +84,4 @@ rm "$d/machine.txt"
 out=$(python3 "$tool" record decode "$d" --into "$work/data.json" --key other --what x 2>&1) &&
   { echo "FAIL - a round without machine.txt recorded"; failures=$((failures + 1)); }
 check "a round without its provenance is not recorded" "machine.txt: missing" "$out"
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish

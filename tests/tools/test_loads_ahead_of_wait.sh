@@ -11,10 +11,7 @@ tool=$2
 build=$3
 work=$4
 rm -rf "$work" && mkdir -p "$work"
-failures=0
-check() {  # check NAME PATTERN TEXT
-  if grep -qF -- "$2" <<<"$3"; then echo "ok   - $1"; else echo "FAIL - $1: lacks '$2' in: $3"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/check.sh"
 
 # The audit on a listing of the shape cuobjdump writes: one kernel loads before its wait, one after.
 cat >"$work/listing.sass" <<'T'
@@ -65,5 +62,4 @@ out=$(python3 "$tool" "${sass[@]}" \
   --expect 'attention_qk_norm_kernelILi(4|8|16|32)E>=1' 2>&1)
 rc=$?
 if [ $rc -eq 0 ]; then echo "ok   - the decode kernels' loads stay ahead of their waits"; else echo "FAIL - $out"; failures=$((failures + 1)); fi
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish

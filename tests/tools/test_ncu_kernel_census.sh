@@ -16,10 +16,7 @@ linear='"void di::kernels::<unnamed>::small_batch_linear_kernel<1, 1, (di::kerne
   echo "\"2\",\"1\",\"b\",\"h\",$linear,\"1\",\"7\",\"(256, 1, 1)\",\"(320, 1, 1)\",\"0\",\"9.0\",\"21000000\",\"0\",\"8000\""
   echo "\"3\",\"1\",\"b\",\"h\",$linear,\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"9.0\",\"1000\",\"0\",\"1000\""
 } >"$work/page.csv"
-failures=0
-check() {  # check NAME PATTERN TEXT
-  if grep -qF -- "$2" <<<"$3"; then echo "ok   - $1"; else echo "FAIL - $1: lacks '$2' in: $3"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/check.sh"
 out=$(python3 "$tool" "$work/page.csv" --json "$work/out.json" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL - exit $rc: $out"; failures=$((failures + 1)); }
@@ -47,5 +44,4 @@ check "a page without the header is refused by name" "no 'Kernel Name' header ro
 head -2 "$work/page.csv" >"$work/empty.csv"
 out=$(python3 "$tool" "$work/empty.csv" 2>&1) && { echo "FAIL - empty page exited 0"; failures=$((failures + 1)); }
 check "a page without launches is refused" "no kernel launches" "$out"
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish

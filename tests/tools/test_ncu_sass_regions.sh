@@ -16,10 +16,7 @@ header='"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampl
   echo '"0x40","      MUFU.EX2 R4, R5 ;","600","600","600","12","0","600","0"'
   echo '"0x50","  @P0 BAR.SYNC.DEFER_BLOCKING R4, 0x80 ;","20","20","20","4","20","0","20"'
 } >"$work/page.csv"
-failures=0
-check() {  # check NAME PATTERN TEXT
-  if grep -qF -- "$2" <<<"$3"; then echo "ok   - $1"; else echo "FAIL - $1: lacks '$2' in: $3"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/check.sh"
 out=$(python3 "$tool" "$work/page.csv" --min-samples 100 --per 4 2>&1)
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL - exit $rc: $out"; failures=$((failures + 1)); }
@@ -38,5 +35,4 @@ out=$(python3 "$tool" "$work/bad.csv" 2>&1) && { echo "FAIL - bad page exited 0"
 check "a page without the header is refused by name" "no 'Address' header row" "$out"
 out=$(python3 "$tool" "$work/absent.csv" 2>&1) && { echo "FAIL - missing file exited 0"; failures=$((failures + 1)); }
 check "a missing file is refused by name" "absent.csv: No such file or directory" "$out"
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish
