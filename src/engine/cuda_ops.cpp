@@ -860,35 +860,68 @@ Tensor CudaOps::gdn_conv1d_silu(const Tensor& mixed_qkv, const TensorView& conv_
   return y;
 }
 
+gdn::GdnDecodeParams CudaOps::gdn_decode_params(const Tensor& qkv, const Tensor& a, const Tensor& b,
+                                                const TensorView& A_log, const TensorView& dt_bias,
+                                                int64_t gdn_layer, const Tensor& out) {
+  gdn::GdnDecodeParams p{};
+  p.geometry = gdn_geometry(config_);
+  p.state_layout = options_.state_layout;
+  p.num_seqs = step_->num_seqs;
+  p.qkv = qkv.data();
+  p.qkv_row_stride = config_.gdn_conv_dim();
+  p.a = a.data();
+  p.b = b.data();
+  p.A_log = device_param_f32(A_log, "A_log");
+  p.dt_bias = device_param_f32(dt_bias, "dt_bias");
+  p.state = recurrent_pool(gdn_layer);
+  p.state_indices = step_->seq_slot;
+  p.out = out.data();
+  p.scale = 1.0f / std::sqrt(float(config_.linear_key_head_dim));
+  return p;
+}
+
+void CudaOps::check_gdn_inputs(const Tensor& qkv, const Tensor& a, const Tensor& b, const BatchPlan& plan,
+                               int64_t gdn_layer, const char* op) const {
+  check_step(plan, op);
+  check_cuda_tensor(qkv, DType::bf16, op);
+  check_same_shape(a, b, op);
+  const int64_t N = step_->n_tokens;
+  DI_CHECK(qkv.numel() == N * config_.gdn_conv_dim(), "{}: qkv of shape {} for {} tokens", op, shape_str(qkv.shape()), N);
+  DI_CHECK(gdn_layer >= 0 && gdn_layer < gdn_layers_, "{}: GDN layer {} of {}", op, gdn_layer, gdn_layers_);
+}
+
+Ops::NormedGdnOutput CudaOps::gdn_delta_rule_normed(const Tensor& qkv, const Tensor& a, const Tensor& b,
+                                                    const TensorView& A_log, const TensorView& dt_bias,
+                                                    const Tensor& z, const TensorView& norm_weight, double eps,
+                                                    const BatchPlan& plan, int64_t gdn_layer) {
+  check_gdn_inputs(qkv, a, b, plan, gdn_layer, "gdn_delta_rule_normed");
+  if (!step_->decode) return Ops::gdn_delta_rule_normed(qkv, a, b, A_log, dt_bias, z, norm_weight, eps, plan, gdn_layer);
+  const int64_t N = step_->n_tokens, Hv = config_.linear_num_value_heads, dv = config_.linear_value_head_dim;
+  check_cuda_tensor(z, DType::bf16, "gdn_delta_rule_normed z");
+  DI_CHECK(z.numel() == N * Hv * dv, "gdn_delta_rule_normed: z of shape {} for {} tokens", shape_str(z.shape()), N);
+  DI_CHECK(norm_weight.numel() == dv, "gdn_delta_rule_normed: norm weight of {} elements for heads of {}",
+           norm_weight.numel(), dv);
+  Tensor y = new_tensor({N, Hv * dv}, DType::bf16);
+  gdn::GdnDecodeParams p = gdn_decode_params(qkv, a, b, A_log, dt_bias, gdn_layer, y);
+  p.z = z.data();
+  p.norm_weight = device_param_f32(norm_weight, "gated norm");
+  p.norm_eps = float(eps);
+  check_launch(gdn::launch_gdn_decode_step(p, stream()), "gdn_decode_step (output norm fused)");
+  return {Tensor(), ProjectionInput(std::move(y))};
+}
+
 Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
                                const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) {
-  check_step(plan, "gdn_delta_rule");
-  check_cuda_tensor(qkv, DType::bf16, "gdn_delta_rule qkv");
-  check_same_shape(a, b, "gdn_delta_rule gates");
+  check_gdn_inputs(qkv, a, b, plan, gdn_layer, "gdn_delta_rule");
   const ModelConfig& c = config_;
   const int64_t N = step_->n_tokens, Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-  DI_CHECK(qkv.numel() == N * c.gdn_conv_dim(), "gdn_delta_rule: qkv of shape {} for {} tokens", shape_str(qkv.shape()), N);
-  DI_CHECK(gdn_layer >= 0 && gdn_layer < gdn_layers_, "gdn_delta_rule: GDN layer {} of {}", gdn_layer, gdn_layers_);
   const float scale = 1.0f / std::sqrt(float(dk));
   Tensor out = new_tensor({N, Hv * dv}, DType::bf16);
   if (step_->decode) {
     // One token per sequence on a populated state: the recurrent step, gates and norms fused.
-    gdn::GdnDecodeParams p{};
-    p.geometry = gdn_geometry(c);
-    p.state_layout = options_.state_layout;
-    p.num_seqs = step_->num_seqs;
-    p.qkv = qkv.data();
-    p.qkv_row_stride = c.gdn_conv_dim();
-    p.a = a.data();
-    p.b = b.data();
-    p.A_log = device_param_f32(A_log, "A_log");
-    p.dt_bias = device_param_f32(dt_bias, "dt_bias");
-    p.state = recurrent_pool(gdn_layer);
-    p.state_indices = step_->seq_slot;
-    p.out = out.data();
-    p.scale = scale;
-    check_launch(gdn::launch_gdn_decode_step(p, stream()), "gdn_decode_step");
+    check_launch(gdn::launch_gdn_decode_step(gdn_decode_params(qkv, a, b, A_log, dt_bias, gdn_layer, out), stream()),
+                 "gdn_decode_step");
     return out;
   }
   // Prefill (and mixed steps): q, k, v packed and the gates, then the chunked delta rule through the

@@ -20,6 +20,7 @@
 
 #include "core/cuda.h"
 #include "engine/device_group.h"
+#include "gdn/decode_step.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/gemm/small_batch_linear.h"
 #include "kernels/ops.h"
@@ -80,6 +81,10 @@ class CudaOps final : public Ops {
   Tensor gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
                         const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) override;
   Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) override;
+  // In a decode step the output norm runs inside the recurrent step (gdn/decode_step.h): no o.
+  NormedGdnOutput gdn_delta_rule_normed(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                                        const TensorView& dt_bias, const Tensor& z, const TensorView& norm_weight,
+                                        double eps, const BatchPlan& plan, int64_t gdn_layer) override;
 
   void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) override;
   void attention_qk_norm(const Tensor& q_and_gate, const Tensor& k_proj, const TensorView& q_norm,
@@ -144,6 +149,12 @@ class CudaOps final : public Ops {
   const float* device_param_f32(const TensorView& w, const char* what) const;
   void upload_weights(const ModelWeights& weights);
   void check_step(const BatchPlan& plan, const char* op) const;
+  void check_gdn_inputs(const Tensor& qkv, const Tensor& a, const Tensor& b, const BatchPlan& plan,
+                        int64_t gdn_layer, const char* op) const;
+  // The decode step's parameters for this step's GDN layer, writing `out`.
+  gdn::GdnDecodeParams gdn_decode_params(const Tensor& qkv, const Tensor& a, const Tensor& b,
+                                         const TensorView& A_log, const TensorView& dt_bias, int64_t gdn_layer,
+                                         const Tensor& out);
   bool step_is_decode() const;
   std::unique_ptr<Step> plan_step(const BatchPlan& plan, int32_t block_width, int decode_splits);
   void upload_step_metadata(Step& step, int32_t* pinned, int32_t* device);

@@ -56,11 +56,11 @@ Qwen35Model::OutputProjection Qwen35Model::gdn_mixer(int64_t layer, const GdnWei
   Tensor qkv = ops.gdn_conv1d_silu(mixed, G.conv1d, plan, gdn_layer);        // silu(causal_conv(mixed))
   trace(name + "qkv", qkv);
   // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); q, k L2-normalised, q scaled by dk^-0.5
-  Tensor o = ops.gdn_delta_rule(qkv, a, b, G.A_log, G.dt_bias, plan, gdn_layer);
+  auto [o, y] = ops.gdn_delta_rule_normed(qkv, a, b, G.A_log, G.dt_bias, z, G.norm, c.rms_norm_eps, plan, gdn_layer);
                                                                              // S_t = (I - b k k^T) e^g S + b k v^T
                                                                              // o_t = S_t^T q_t     [N, Hv*dv]
-  trace(name + "core", o);
-  ProjectionInput y = ProjectionInput::gated_rms_normed(o, z, G.norm, c.rms_norm_eps);  // norm(o) * w * silu(z)
+                                                                             // y = norm(o) * w * silu(z)
+  if (o.defined()) trace(name + "core", o);                                 // (no o of its own when fused)
   trace(name + "normed", y, ops);
   return {std::move(y), &G.out_proj};                                        // out_proj(y)          [N, H]
 }

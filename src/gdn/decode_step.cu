@@ -19,11 +19,20 @@
 //   S_new = exp(g) S + k v'ᵀ   (written from registers)
 // Every warp normalises the token's q and k itself (128 values each, one shuffle reduction) into its
 // own shared slice, so no CTA-wide barrier is needed.
+//
+// The output norm (kNormed) needs the sum of squares of the whole head's o, whose halves two CTAs
+// hold: they run as a cluster of two (cluster rank = half). Each CTA puts its half of o, rounded to
+// bf16, in its shared memory; after a cluster barrier every warp reads both halves (the other over
+// distributed shared memory) in the order the gated norm kernel sums a 128-wide row, one warp per
+// row (kernels/norm/norm_rows.cuh), so the factor and the output are that kernel's bits. The state
+// is updated and stored between the barrier's arrival and its wait, which hides the exchange.
 #include "gdn/decode_step.h"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/norm/norm_rows.cuh"
 
 #include <cstdint>
 
@@ -45,6 +54,7 @@ using kernels::bf16_hi;
 using kernels::bf16_lo;
 using kernels::load_bf16x4;
 using kernels::pack_bf16x2;
+using kernels::round_bf16;
 
 
 
@@ -71,10 +81,16 @@ struct StateBlock {
   __device__ bool writes_output() const { return kKeyContiguous ? lane % 8 == 0 : lane / 4 == 0; }
 };
 
-template <di_gdn_state_layout Layout>
+// The barrier of a CTA pair: every thread of both arrives (release: its shared-memory writes before
+// it are seen by the other CTA after its wait) and later waits (acquire).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+template <di_gdn_state_layout Layout, bool kNormed>
 __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
   __shared__ float q_norm[kWarps][kHeadDim];  // per warp: the normalised q and k of the token
   __shared__ float k_norm[kWarps][kHeadDim];
+  __shared__ __align__(16) float o_half[kColsPerCta];  // kNormed: this CTA's half of o, bf16-rounded
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads;
@@ -119,6 +135,11 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   }
 
   const float dt_bias = p.dt_bias[head], A_log = p.A_log[head];  // parameters
+  float norm_w[4];
+  if constexpr (kNormed) {
+    const float4 w = *reinterpret_cast<const float4*>(p.norm_weight + col0);
+    norm_w[0] = w.x, norm_w[1] = w.y, norm_w[2] = w.z, norm_w[3] = w.w;
+  }
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
 
@@ -132,6 +153,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   const int64_t gate = int64_t(seq) * Hv + head;
   const float a = __bfloat162float(static_cast<const bf16*>(p.a)[gate]);
   const float b = __bfloat162float(static_cast<const bf16*>(p.b)[gate]);
+  float z[4];
+  if constexpr (kNormed) load_bf16x4(static_cast<const bf16*>(p.z) + gate * kHeadDim + col0, z);
   float qq = 0.f, kk = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) qq = fmaf(q_raw[i], q_raw[i], qq), kk = fmaf(k_raw[i], k_raw[i], kk);
@@ -181,8 +204,15 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     v_new[c] = beta * (v[c] - decay * sk[c]);
     o[c] = p.scale * (decay * sq[c] + k_dot_q * v_new[c]);
   }
-  if (block.writes_output())
+  if constexpr (kNormed) {
+    if (block.writes_output()) {
+      *reinterpret_cast<float4*>(&o_half[col0 - part * kColsPerCta]) =
+          make_float4(round_bf16(o[0]), round_bf16(o[1]), round_bf16(o[2]), round_bf16(o[3]));
+    }
+    cluster_arrive();
+  } else if (block.writes_output()) {
     *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]));
+  }
 
   // S_new = exp(g) S + k v'ᵀ, stored where it was loaded from.
 #pragma unroll
@@ -201,6 +231,30 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     for (int j = 0; j < kKeysPerThread; ++j)
       *reinterpret_cast<float4*>(state + int64_t(block.key(j)) * kHeadDim + col0) =
           make_float4(S[j][0], S[j][1], S[j][2], S[j][3]);
+  }
+
+  if constexpr (kNormed) {
+    // The head's o in the gated norm's order: lane l sums elements l, l + 32 (half 0) and l + 64,
+    // l + 96 (half 1), then the warp's butterfly; every warp gets the same factor.
+    cluster_wait();
+    namespace cg = cooperative_groups;
+    cg::cluster_group pair = cg::this_cluster();
+    kernels::StridedRow<4> row_o;
+#pragma unroll
+    for (int half = 0; half < kCtasPerHead; ++half) {
+      const float* src = pair.map_shared_rank(o_half, half);
+      row_o.v[2 * half] = src[lane];
+      row_o.v[2 * half + 1] = src[lane + 32];
+    }
+    const float s = kernels::inv_rms(kernels::warp_sum(row_o.sum_sq()), kHeadDim, p.norm_eps);
+    cluster_arrive();  // this CTA's reads of the other's half are done
+    if (block.writes_output()) {
+      float y[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) y[c] = kernels::gated_rms_normed(round_bf16(o[c]), s, norm_w[c], z[c]);
+      *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]));
+    }
+    cluster_wait();  // neither CTA leaves while the other may still read its shared memory
   }
 }
 
@@ -222,11 +276,18 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
   if (p.qkv_row_stride < row_width || p.qkv_row_stride % 4 != 0 || !aligned(p.qkv, 8) || !aligned(p.out, 8) ||
       !aligned(p.state, 16))
     return cudaErrorInvalidValue;
+  const bool normed = p.norm_weight != nullptr;
+  if (normed && (p.z == nullptr || !aligned(p.z, 8) || !aligned(p.norm_weight, 16))) return cudaErrorInvalidValue;
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-  return kernels::launch_early(p.state_layout == DI_GDN_STATE_KV ? gdn_decode_step_kernel<DI_GDN_STATE_KV>
-                                                                 : gdn_decode_step_kernel<DI_GDN_STATE_VK>,
-                               dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
+  const bool kv = p.state_layout == DI_GDN_STATE_KV;
+  if (normed)  // a head's two CTAs in one cluster (see the design note)
+    return kernels::launch_early_in_clusters(
+        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true>,
+        dim3(unsigned(ctas)), dim3(kThreads), kCtasPerHead, 0, stream, p);
+  return kernels::launch_early(
+      kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false>,
+      dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace di::gdn

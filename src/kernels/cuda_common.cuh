@@ -137,20 +137,35 @@ bool early_launch_enabled();
 // Launches `kernel` so that it may start while the kernel ahead of it in the stream finishes: its
 // launch and block scheduling overlap that kernel's tail. The kernel must call wait_for_prior_grid()
 // before it touches any memory but constant weights (the kernel ahead may still write or read it).
+// launch_early_in_clusters() puts the blocks in thread block clusters of `cluster` along x (grid.x a
+// multiple of it): the blocks of a cluster are scheduled together and may read each other's shared
+// memory.
 template <typename... Params, typename... Args>
-cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         Args... args) {
-  cudaLaunchAttribute early{};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_early_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, size_t smem,
+                                     cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attrs[2]{};
+  unsigned count = 0;
+  if (early_launch_enabled()) {
+    attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &early;
-  config.numAttrs = early_launch_enabled() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = count;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+template <typename... Params, typename... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args... args) {
+  return launch_early_in_clusters(kernel, grid, block, 1u, smem, stream, args...);
 }
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }

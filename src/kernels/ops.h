@@ -149,6 +149,21 @@ class Ops {
                                 const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) = 0;
   // Per value head: norm(o) * w (plain weight) * silu(z)                   -> [N, Hv*dv]
   virtual Tensor gated_rms_norm(const Tensor& o, const Tensor& z, const TensorView& weight, double eps) = 0;
+  // gdn_delta_rule, then its output through the gated norm above: y, the output projection's input.
+  // One op, so that an implementation can fuse the norm into the recurrence (the CUDA decode step
+  // does); o is the recurrence's output where it exists on its own, else an undefined tensor.
+  struct NormedGdnOutput {
+    Tensor o;
+    ProjectionInput y;
+  };
+  virtual NormedGdnOutput gdn_delta_rule_normed(const Tensor& qkv, const Tensor& a, const Tensor& b,
+                                                const TensorView& A_log, const TensorView& dt_bias, const Tensor& z,
+                                                const TensorView& norm_weight, double eps, const BatchPlan& plan,
+                                                int64_t gdn_layer) {
+    Tensor o = gdn_delta_rule(qkv, a, b, A_log, dt_bias, plan, gdn_layer);
+    ProjectionInput y = ProjectionInput::gated_rms_normed(o, z, norm_weight, eps);
+    return {std::move(o), std::move(y)};
+  }
 
   // --- Gated full attention -----------------------------------------------------------------
   // q_proj output [N, Hq*2*D] (per head [q | gate]) -> q [N, Hq*D], gate [N, Hq*D]

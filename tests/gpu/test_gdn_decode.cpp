@@ -6,6 +6,8 @@
 //     padding rows (state_indices < 0) are left alone;
 //   - consistency: T decode steps give the outputs and final states of one baseline prefill of the
 //     same T tokens;
+//   - the output norm fused in (norm_weight set): bit for bit the plain step followed by
+//     launch_gated_rms_norm, output and states, padding rows included;
 //   - argument checks (run without a GPU).
 // Inputs are fresh random numbers each run; DI_TEST_SEED replays a failure.
 #include "gdn/decode_step.h"
@@ -30,6 +32,7 @@
 #include "gpu/gpu_test.h"
 #include "kernels/gdn/prep_ref.h"
 #include "kernels/gdn/ref.h"
+#include "kernels/norm/norm.h"
 #include "kernels/numerics.h"
 #include "support/seed.h"
 #include "support/tolerance.h"
@@ -389,6 +392,87 @@ TEST_F(GdnDecodeTest, StepsMatchPrefill) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The output norm fused in == the plain step, then the gated norm kernel: the same bits.
+
+void check_normed_step(int num_seqs, di_gdn_state_layout layout, const std::vector<int32_t>& slots,
+                       int pool_slots, cudaStream_t stream, std::mt19937& rng) {
+  const di_gdn_geometry geo = kQwenSmall;
+  const int Hv = geo.num_v_heads;
+  const size_t outputs = size_t(num_seqs) * Hv * kDim;
+  const GateParams gates = make_gate_params(Hv, rng);
+  const StepInputs in = random_step(geo, num_seqs, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> z(outputs);
+  for (auto& x : z) x = f32_to_bf16(normal(rng));
+  std::vector<float> weight(kDim);  // a plain weight around 1, bf16-exact as the checkpoint's
+  for (auto& w : weight) w = round_bf16(1.0f + 0.3f * normal(rng));
+  const std::vector<float> pool_before = to_layout(random_pool(size_t(pool_slots) * Hv, rng), layout);
+
+  const DeviceStep d(in);
+  const cuda::DeviceBuffer<float> A_log{std::span<const float>(gates.A_log)};
+  const cuda::DeviceBuffer<float> dt_bias{std::span<const float>(gates.dt_bias)};
+  const cuda::DeviceBuffer<int32_t> slot_buf{std::span<const int32_t>(slots)};
+  const cuda::DeviceBuffer<uint16_t> z_d{std::span<const uint16_t>(z)};
+  const cuda::DeviceBuffer<float> weight_d{std::span<const float>(weight)};
+
+  // The plain step, then the norm kernel on its output.
+  cuda::DeviceBuffer<float> pool_plain{std::span<const float>(pool_before)};
+  cuda::DeviceBuffer<uint16_t> o(outputs), y_plain(outputs);
+  o.fill_bytes(0xFF), y_plain.fill_bytes(0xFF);
+  ASSERT_EQ(launch_gdn_decode_step(params_for(geo, layout, in, d, A_log, dt_bias, pool_plain, slot_buf, o), stream),
+            cudaSuccess);
+  const kernels::GatedRmsNormParams norm{.x = o.data(), .z = z_d.data(), .weight = weight_d.data(),
+                                         .out = y_plain.data(), .rows = int64_t(num_seqs) * Hv, .dim = kDim,
+                                         .eps = 1e-6f};
+  ASSERT_EQ(kernels::launch_gated_rms_norm(norm, stream), cudaSuccess);
+
+  // The fused step from the same state.
+  cuda::DeviceBuffer<float> pool_fused{std::span<const float>(pool_before)};
+  cuda::DeviceBuffer<uint16_t> y_fused(outputs);
+  y_fused.fill_bytes(0xFF);
+  GdnDecodeParams p = params_for(geo, layout, in, d, A_log, dt_bias, pool_fused, slot_buf, y_fused);
+  p.z = z_d.data(), p.norm_weight = weight_d.data(), p.norm_eps = 1e-6f;
+  ASSERT_EQ(launch_gdn_decode_step(p, stream), cudaSuccess);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  // A padding row's output is +0 (the norm kernel makes -0 where w * silu(z) < 0: no row's bits to match).
+  const std::vector<uint16_t> want = y_plain.download(), got = y_fused.download();
+  const size_t per_seq = size_t(Hv) * kDim;
+  size_t mismatched = 0, first = outputs;
+  for (int s = 0; s < num_seqs; ++s)
+    for (size_t i = size_t(s) * per_seq; i < size_t(s + 1) * per_seq; ++i) {
+      const uint16_t expected = slots[size_t(s)] < 0 ? 0 : want[i];
+      if (got[i] != expected) first = std::min(first, i), ++mismatched;
+    }
+  EXPECT_EQ(mismatched, 0u) << "normed outputs differ from step + gated norm; first at " << first << ": "
+                            << (first < outputs ? bf16_to_f32(got[first]) : 0.0f) << " vs "
+                            << (first < outputs ? bf16_to_f32(want[first]) : 0.0f);
+  EXPECT_TRUE(pool_fused.download() == pool_plain.download()) << "the states differ from the plain step's";
+}
+
+class GdnDecodeNormed : public GdnDecodeTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(GdnDecodeNormed, EqualsStepThenGatedNorm) {
+  SCOPED_TRACE(seed_trace(seed_));
+  const int N = GetParam();
+  for (di_gdn_state_layout layout : kLayouts) {
+    SCOPED_TRACE(layout_str(layout));
+    const int pool_slots = N + 3;
+    std::vector<int32_t> all(static_cast<size_t>(pool_slots));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng_);
+    std::vector<int32_t> slots(all.begin(), all.begin() + N);
+    if (N > 2) slots[size_t(N / 2)] = -1;  // a padding row among them
+    check_normed_step(N, layout, slots, pool_slots, stream_, rng_);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GdnDecode, GdnDecodeNormed, ::testing::Values(1, 2, 7, 64),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "batch" + std::to_string(info.param);
+                         });
+
+// ---------------------------------------------------------------------------------------------
 // Argument checks: cudaErrorInvalidValue before anything is launched (no GPU needed).
 
 TEST(GdnDecodeArgs, InvalidParamsAreRefused) {
@@ -423,6 +507,15 @@ TEST(GdnDecodeArgs, InvalidParamsAreRefused) {
       {"row stride shorter than a row", [](GdnDecodeParams& p) { p.qkv_row_stride -= 4; }},
       {"row stride not a multiple of 4", [](GdnDecodeParams& p) { p.qkv_row_stride += 2; }},
       {"state misaligned", [](GdnDecodeParams& p) { p.state += 1; }},
+      {"norm weight without z", [](GdnDecodeParams& p) { p.norm_weight = p.A_log; }},
+      {"z misaligned", [](GdnDecodeParams& p) {
+         p.norm_weight = p.A_log;
+         p.z = static_cast<const char*>(p.a) + 2;
+       }},
+      {"norm weight misaligned", [](GdnDecodeParams& p) {
+         p.norm_weight = p.A_log + 1;
+         p.z = p.a;
+       }},
   };
   for (const Case& c : cases) {
     GdnDecodeParams p = valid;
