@@ -305,6 +305,39 @@ TEST_F(SamplingGpuTest, GreedyIsArgmaxWithLowestIdOnTies) {
   }
 }
 
+// The kernel takes a row's maximum in slices (one block each); a row whose single largest logit
+// sits at the row's ends, around every eighth of the row (where slices meet) or anywhere at random
+// must still give that id, and a copy of it in a later slice must lose to it.
+TEST_F(SamplingGpuTest, GreedyFindsTheMaximumInAnySliceOfTheRow) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(seed_trace(seed));
+  std::mt19937_64 gen(seed);
+  for (bool bf16 : {false, true}) {
+    for (int32_t vocab : {1001, kFullVocab}) {
+      std::vector<int32_t> where{0, 1, vocab - 2, vocab - 1};
+      for (int32_t e = 1; e < 8; ++e)
+        for (int32_t d = -9; d <= 9; ++d) where.push_back(int32_t(int64_t(vocab) * e / 8) + d);
+      std::uniform_int_distribution<int32_t> anywhere(0, vocab - 1);
+      for (int i = 0; i < 16; ++i) where.push_back(anywhere(gen));
+      Batch b{int32_t(where.size()), vocab, bf16, {}};
+      SCOPED_TRACE(describe(b));
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      b.logits.resize(size_t(b.rows) * size_t(vocab));
+      for (float& x : b.logits) x = normal(gen);
+      for (int32_t r = 0; r < b.rows; ++r) {
+        const int32_t at = where[size_t(r)];
+        b.row(r)[at] = 100.0f;
+        if (r % 2 == 1 && at + 1 < vocab) b.row(r)[std::uniform_int_distribution<int32_t>(at + 1, vocab - 1)(gen)] = 100.0f;
+      }
+      round_to_dtype(b);
+      const std::vector<SamplingRow> params(size_t(b.rows), row_of(0.0f, 0, 1.0f, 0.0f, 1, 0));
+      const auto tokens = run(b, params);
+      for (int32_t r = 0; r < b.rows; ++r)
+        ASSERT_EQ(tokens[size_t(r)], where[size_t(r)]) << "row " << r << " (largest logit at " << where[size_t(r)] << ")";
+    }
+  }
+}
+
 TEST_F(SamplingGpuTest, GreedyOnSpecialValuesMatchesReference) {
   const float inf = INFINITY, nan = NAN;
   const std::vector<std::vector<float>> cases{

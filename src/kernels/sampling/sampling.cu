@@ -21,6 +21,11 @@
 // token whose interval holds u, walking the kept tokens in a fixed order: by id mod 1024 (the thread
 // that reads the token), then by id.
 //
+// The first pass, for the maximum, is split over a cluster of kRowSplit blocks per row (a slice of
+// the row each; a maximum does not depend on the order it is taken in), whose rank 0 gathers the
+// slices' maxima through distributed shared memory and goes on alone: a greedy row is done there,
+// and one block's instructions over a 248K vocabulary took ~40 us where a slice takes a few.
+//
 // Cost per row: one pass for the maximum (greedy rows stop there), up to ceil(key_bits / 8) passes
 // per active select (key_bits = 32 or 16 value bits + 18 id bits for a 248320 vocabulary; fewer when
 // the values are distinct), one pass for min-p when top-k is off, one pass for the draw. Every pass
@@ -36,11 +41,14 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kRowSplit = 8;  // blocks (a cluster) per row for the maximum: the portable cluster size
 constexpr int kLoadsInFlight = 8;  // elements each thread loads before it uses any (latency hiding)
 // The same in 16-byte loads, where the order of visits is free: many for the light passes (maxima),
 // few where the work per element is heavier (histograms), so that neither spills at 64 registers.
 constexpr int kVectorsInFlightLight = 8;
 constexpr int kVectorsInFlightHeavy = 2;
+// A slice of a 248K row for the maximum (kRowSplit below) is about 3,900 vectors: one round of 4.
+constexpr int kVectorsInFlightSlice = 4;
 constexpr int kDigitBits = 8;
 constexpr int kBins = 1 << kDigitBits;
 // Many lanes of a warp fall into the same bin (logits cluster), and same-address shared atomics
@@ -135,10 +143,15 @@ struct RowView {
   // elements before the row's first 16-byte boundary and after its last whole vector go one by one.
   template <int kVectorsInFlight, typename Fn>
   __device__ __forceinline__ void for_each_unordered(Fn&& fn) const {
+    for_each_unordered_in<kVectorsInFlight>(0, shape.vocab, fn);
+  }
+  // The same over the ids [begin, end) only.
+  template <int kVectorsInFlight, typename Fn>
+  __device__ __forceinline__ void for_each_unordered_in(int64_t begin, int64_t end, Fn&& fn) const {
     constexpr int kPerVector = 16 / int(sizeof(Logit));
-    const int64_t misaligned = int64_t(reinterpret_cast<uintptr_t>(logits) % 16) / int64_t(sizeof(Logit));
-    const int64_t head = misaligned == 0 ? 0 : min(int64_t(kPerVector) - misaligned, int64_t(shape.vocab));
-    const int64_t vectors = (shape.vocab - head) / kPerVector, tail = head + vectors * kPerVector;
+    const int64_t misaligned = int64_t(reinterpret_cast<uintptr_t>(logits + begin) % 16) / int64_t(sizeof(Logit));
+    const int64_t head = begin + (misaligned == 0 ? 0 : min(int64_t(kPerVector) - misaligned, end - begin));
+    const int64_t vectors = (end - head) / kPerVector, tail = head + vectors * kPerVector;
     const uint4* const vec = reinterpret_cast<const uint4*>(logits + head);
     constexpr int64_t kTile = int64_t(kThreads) * kVectorsInFlight;
     for (int64_t base = 0; base < vectors; base += kTile) {
@@ -159,8 +172,8 @@ struct RowView {
         }
       }
     }
-    for (int64_t j = threadIdx.x; j < head + (shape.vocab - tail); j += kThreads) {
-      const int64_t id = j < head ? j : tail + (j - head);
+    for (int64_t j = threadIdx.x; j < (head - begin) + (end - tail); j += kThreads) {
+      const int64_t id = j < head - begin ? begin + j : tail + (j - (head - begin));
       fn(int32_t(id), canonical_logit(LogitFormat<Logit>::to_float(__ldg(logits + id)), int32_t(id)));
     }
   }
@@ -384,24 +397,61 @@ __device__ Selection radix_select(const RowView<Logit>& row, const MassModel& mo
 
 // ---- the kernel -----------------------------------------------------------------------------
 
+// The barrier of a row's cluster: every thread of every block arrives, then waits for all arrivals.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+// The address of `x` (a shared variable) in the shared memory of block `rank` of the cluster.
+template <typename T>
+__device__ __forceinline__ T* in_cluster_block(T* x, uint32_t rank) {
+  uint64_t local = reinterpret_cast<uint64_t>(x), remote;
+  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(remote) : "l"(local), "r"(rank));
+  return reinterpret_cast<T*>(remote);
+}
+
+// A cluster of kRowSplit blocks per row (grid.x = rows * kRowSplit); block rank r of a cluster takes
+// the r-th slice of the row for the maximum, and rank 0 the rest.
 template <typename Logit>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const Logit* __restrict__ logits, RowShape shape, const SamplingRow* __restrict__ row_params,
                        int32_t* __restrict__ out_tokens) {
   __shared__ SharedState sh;
-  const RowView<Logit> row{logits + size_t(blockIdx.x) * size_t(shape.vocab), shape};
-  const SamplingRow params = row_params[blockIdx.x];
+  __shared__ u64 slice_max[kRowSplit];  // rank 0's: the maximum key of every slice
+  // The row, read from blockIdx where used: a register held through the selects would spill.
+  const auto row_index = [] { return int32_t(blockIdx.x / kRowSplit); };
+  const int32_t rank = int32_t(blockIdx.x % kRowSplit);
+  const RowView<Logit> row{logits + size_t(row_index()) * size_t(shape.vocab), shape};
+  // Rank 0's shared memory takes the others' stores only once every block of the cluster runs.
+  cluster_arrive_relaxed();
 
   // The first candidate: the highest logit, the lowest id among equals. Greedy rows stop here.
+  // Slices of whole 16-byte vectors (from the row's start), the last one shorter.
+  constexpr int64_t kAlign = 16 / int64_t(sizeof(Logit));
+  const int64_t slice = (int64_t(shape.vocab) + kRowSplit * kAlign - 1) / (kRowSplit * kAlign) * kAlign;
+  const int64_t begin = min(int64_t(shape.vocab), rank * slice), end = min(int64_t(shape.vocab), begin + slice);
   u64 local_max = 0;  // every key is > 0
-  row.template for_each_unordered<kVectorsInFlightLight>([&](int32_t id, float logit) {
+  row.template for_each_unordered_in<kVectorsInFlightSlice>(begin, end, [&](int32_t id, float logit) {
     const u64 key = row.key(logit, id);
     local_max = key > local_max ? key : local_max;
   });
-  const uint64_t max_key = block_max(local_max, sh.scratch);
+  const u64 my_max = block_max(local_max, sh.scratch);
+  cluster_wait();
+  if (threadIdx.x == 0) *in_cluster_block(&slice_max[rank], 0) = my_max;
+  cluster_arrive_release();
+  cluster_wait();
+  if (rank != 0) return;
+  uint64_t max_key = 0;
+#pragma unroll
+  for (int r = 0; r < kRowSplit; ++r) max_key = slice_max[r] > max_key ? slice_max[r] : max_key;
+  const SamplingRow params = row_params[row_index()];
   const int32_t top_id = row.id_of(max_key);
   if (!(params.temperature > 0.0f)) {
-    if (threadIdx.x == 0) out_tokens[blockIdx.x] = top_id;
+    if (threadIdx.x == 0) out_tokens[row_index()] = top_id;
     return;
   }
   const MassModel model{row.logit(top_id), params.temperature, shape.fixed_one};
@@ -448,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The draw over the kept set.
   const uint64_t keep_from = top_k_key > top_p_key ? top_k_key : top_p_key;
   if (keep_from >= max_key) {  // only the first candidate is kept
-    if (threadIdx.x == 0) out_tokens[blockIdx.x] = top_id;
+    if (threadIdx.x == 0) out_tokens[row_index()] = top_id;
     return;
   }
   const auto kept = [&](uint64_t key) { return key >= keep_from && key > min_p_fail_key; };
@@ -459,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   u64 kept_mass;
   const u64 mass_before = block_exclusive_sum(own_mass, kept_mass, sh.scratch);
   if (kept_mass == 0) {  // only with invalid parameters or infinite logits
-    if (threadIdx.x == 0) out_tokens[blockIdx.x] = top_id;
+    if (threadIdx.x == 0) out_tokens[row_index()] = top_id;
     return;
   }
   const u64 u = __umul64hi(philox_bits(params.seed, params.step), kept_mass);  // uniform in [0, kept_mass)
@@ -488,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     running += chunk_mass;
   }
   __syncthreads();
-  if (threadIdx.x == 0) out_tokens[blockIdx.x] = sh.picked_id;
+  if (threadIdx.x == 0) out_tokens[row_index()] = sh.picked_id;
 }
 
 RowShape row_shape(int32_t vocab) {
@@ -511,18 +561,26 @@ size_t sample_workspace_bytes(int32_t rows, int32_t vocab) {
 }
 
 cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream) {
-  if (p.rows <= 0 || p.vocab <= 0 || p.logits == nullptr || p.row_params == nullptr || p.out_tokens == nullptr)
+  if (p.rows <= 0 || p.rows > INT32_MAX / kRowSplit || p.vocab <= 0 || p.logits == nullptr ||
+      p.row_params == nullptr || p.out_tokens == nullptr)
     return cudaErrorInvalidValue;
   const size_t workspace = sample_workspace_bytes(p.rows, p.vocab);
   if (p.workspace_bytes < workspace || (workspace > 0 && p.workspace == nullptr)) return cudaErrorInvalidValue;
   const RowShape shape = row_shape(p.vocab);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {unsigned(kRowSplit), 1, 1};
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(p.rows) * kRowSplit);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
   if (p.logits_bf16)
-    sample_rows_kernel<uint16_t>
-        <<<p.rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(p.logits), shape, p.row_params, p.out_tokens);
-  else
-    sample_rows_kernel<float>
-        <<<p.rows, kThreads, 0, stream>>>(static_cast<const float*>(p.logits), shape, p.row_params, p.out_tokens);
-  return cudaGetLastError();
+    return cudaLaunchKernelEx(&config, sample_rows_kernel<uint16_t>, static_cast<const uint16_t*>(p.logits), shape,
+                              p.row_params, p.out_tokens);
+  return cudaLaunchKernelEx(&config, sample_rows_kernel<float>, static_cast<const float*>(p.logits), shape,
+                            p.row_params, p.out_tokens);
 }
 
 }  // namespace di::sampling

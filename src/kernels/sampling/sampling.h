@@ -55,13 +55,14 @@ struct SampleParams {
   size_t workspace_bytes = 0;
 };
 
-// Bytes of workspace launch_sample needs. Zero for now (one block per row keeps everything on chip);
-// callers still size and pass it so that a split-row version can need some later.
+// Bytes of workspace launch_sample needs. Zero for now (a row's blocks, one cluster, share what they
+// find on chip); callers still size and pass it so that a version that needs some can come later.
 size_t sample_workspace_bytes(int32_t rows, int32_t vocab);
 
 // Samples one token per row on `stream`. Allocates nothing and never synchronises (capturable in a
 // CUDA graph). Returns cudaErrorInvalidValue for rows <= 0, vocab <= 0, a null pointer, or a
-// workspace smaller than sample_workspace_bytes(); otherwise the launch status.
+// workspace smaller than sample_workspace_bytes(), or more rows than a grid of a cluster per row
+// holds; otherwise the launch status.
 cudaError_t launch_sample(const SampleParams& params, cudaStream_t stream);
 
 }  // namespace di::sampling
