@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the development machine: the "A" side of a GDN kernel A/B round (scripts/gdn_ab_round.sh) as an
-# overlay: every file under src/ that differs between REV and the working tree, as it is at REV,
+# overlay: every file under src/ and bench/ that differs between REV and the working tree, as it is
+# at REV (bench/ too, so that a bench taught a new field of src/ still builds against REV's),
 # at its repository path under DIR (a file the working tree added is listed in DIR/removed.txt).
 # Carry DIR along (it should be a git-ignored path, e.g. .device/ab-a).
 # usage: scripts/gdn_ab_overlay.sh REV DIR
@@ -21,6 +22,6 @@ while IFS= read -r path; do
     echo "$path" >>"$dir/removed.txt"
   fi
   changed=$((changed + 1))
-done < <(git diff --name-only "$rev" -- src)
-[ "$changed" -gt 0 ] || { echo "src/ is the same at $rev and in the working tree: nothing to compare" >&2; exit 1; }
-echo "$changed file(s) of src/ as at $(cat "$dir/revision.txt") in $dir"
+done < <(git diff --name-only "$rev" -- src bench)
+[ "$changed" -gt 0 ] || { echo "src/ and bench/ are the same at $rev and in the working tree: nothing to compare" >&2; exit 1; }
+echo "$changed file(s) of src/ and bench/ as at $(cat "$dir/revision.txt") in $dir"

@@ -29,7 +29,7 @@ overlay_tree() {
   tar cf - --exclude='./build*' --exclude=./.device --exclude=./.git . | tar xf - -C "$tree"
   while IFS= read -r -d '' path; do
     mkdir -p "$tree/$(dirname "$path")" && cp "$overlay/$path" "$tree/$path"
-  done < <(cd "$overlay" && find src -type f -print0)
+  done < <(cd "$overlay" && find . -type f \( -path './src/*' -o -path './bench/*' \) -printf '%P\0')
   while IFS= read -r path; do [ -n "$path" ] && rm -f "$tree/$path"; done <"$overlay/removed.txt"
 }
 

@@ -261,10 +261,15 @@ __device__ __forceinline__ void stage_input_rows(const SmallBatchLinearParams& p
 // input loads). kInputTiles: the 8-row input tiles, 1 here (M <= 8), 2 in the resident kernel below
 // (M <= 16, each a second mma on the same weights). The loads in flight per thread stay about 128
 // bytes. kInput: the op ahead, applied to x on the way in.
-template <int kWeights, int kInputTiles, SmallBatchInput kInput>
-__global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
+// kDeep: twice the steps in flight (8), for launches of few tiles (kNarrowTiles, one block on most
+// SMs) over a short K: each warp then has 8 KB of its weights in flight rather than 4, and half its
+// slice of a 4,096-wide K issued before the wait. Measured faster for out_proj and o_proj (K = 4,096,
+// 5-12%), slower for down (K = 9,216, 5-11%) (docs/benchmarks/decode.md).
+template <int kWeights, int kInputTiles, SmallBatchInput kInput, bool kDeep = false>
+__global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles > 1 ? 2 : 3)
     small_batch_linear_kernel(SmallBatchLinearParams p, int64_t /*tiles: one per block*/) {
-  constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
+  static_assert(!kDeep || (kWeights == 1 && kInputTiles == 1), "deep launches take one weight, up to 8 rows");
+  constexpr int kUnroll = kDeep ? 8 : kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   const Tile<kWeights> tile = find_tile<kWeights>(p, blockIdx.x);
   if (tile.row0 < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -452,20 +457,23 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
-Kernel pick_tiles(bool two_tiles) {
-  return two_tiles ? resident_small_batch_linear_kernel<kWeights, 2, kInput>
-                   : small_batch_linear_kernel<kWeights, 1, kInput>;
+Kernel pick_tiles(bool two_tiles, bool narrow) {
+  if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput>;
+  if constexpr (kWeights == 1)
+    if (narrow) return small_batch_linear_kernel<1, 1, kInput, true>;
+  return small_batch_linear_kernel<kWeights, 1, kInput>;
 }
 
 // The SwiGLU pair takes a plain or RMS-normed input (the MLP's); one weight takes any.
 template <int kWeights>
-Kernel pick_kernel(SmallBatchInput input, bool two_tiles) {
-  if (input == SmallBatchInput::rms_norm) return pick_tiles<kWeights, SmallBatchInput::rms_norm>(two_tiles);
+Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow) {
+  if (input == SmallBatchInput::rms_norm) return pick_tiles<kWeights, SmallBatchInput::rms_norm>(two_tiles, narrow);
   if constexpr (kWeights == 1) {
-    if (input == SmallBatchInput::gated_rms_norm) return pick_tiles<1, SmallBatchInput::gated_rms_norm>(two_tiles);
-    if (input == SmallBatchInput::sigmoid_gate) return pick_tiles<1, SmallBatchInput::sigmoid_gate>(two_tiles);
+    if (input == SmallBatchInput::gated_rms_norm)
+      return pick_tiles<1, SmallBatchInput::gated_rms_norm>(two_tiles, narrow);
+    if (input == SmallBatchInput::sigmoid_gate) return pick_tiles<1, SmallBatchInput::sigmoid_gate>(two_tiles, narrow);
   }
-  return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles);
+  return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles, narrow);
 }
 
 // Static and dynamic shared memory together may pass 48 KB only where the kernel allows it: raised
@@ -519,8 +527,12 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
                                                                              // the up weight is outputs[1]
-  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles)
-                                                                  : pick_kernel<1>(p.input, two_tiles);
+  // Few tiles (the 2,560-wide projections: 160 for 132 SMs) over a K of at most 4,096: deeper loads
+  // per warp (kDeep above).
+  constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
+  const bool narrow = tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK;
+  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
+                                                                  : pick_kernel<1>(p.input, two_tiles, narrow);
   if (smem > 0) {
     const cudaError_t e = allow_staging(kernel);
     if (e != cudaSuccess) return e;
