@@ -165,6 +165,15 @@ std::vector<float> random_pool(size_t matrices, std::mt19937& rng) {
   return pool;
 }
 
+// n distinct slots out of a pool of pool_slots, in random order.
+std::vector<int32_t> distinct_slots(int n, int pool_slots, std::mt19937& rng) {
+  std::vector<int32_t> all(static_cast<size_t>(pool_slots));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(n));
+  return all;
+}
+
 using GdnGpuTest = di::testing::GpuTest;
 
 class GdnDecodeTest : public di::testing::SeededGpuTest<std::mt19937> {};
@@ -241,12 +250,8 @@ TEST_P(GdnDecodeBatch, OneStepMatchesFloat64Oracle) {
   const int N = GetParam();
   for (di_gdn_state_layout layout : kLayouts) {
     SCOPED_TRACE(layout_str(layout));
-    // Permuted distinct slots out of N + 5.
     const int pool_slots = N + 5;
-    std::vector<int32_t> all(static_cast<size_t>(pool_slots));
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng_);
-    check_one_step(N, layout, std::vector<int32_t>(all.begin(), all.begin() + N), pool_slots, stream_, rng_);
+    check_one_step(N, layout, distinct_slots(N, pool_slots, rng_), pool_slots, stream_, rng_);
   }
 }
 
@@ -458,10 +463,7 @@ TEST_P(GdnDecodeNormed, EqualsStepThenGatedNorm) {
   for (di_gdn_state_layout layout : kLayouts) {
     SCOPED_TRACE(layout_str(layout));
     const int pool_slots = N + 3;
-    std::vector<int32_t> all(static_cast<size_t>(pool_slots));
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng_);
-    std::vector<int32_t> slots(all.begin(), all.begin() + N);
+    std::vector<int32_t> slots = distinct_slots(N, pool_slots, rng_);
     if (N > 2) slots[size_t(N / 2)] = -1;  // a padding row among them
     check_normed_step(N, layout, slots, pool_slots, stream_, rng_);
   }
