@@ -385,6 +385,13 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
   };
   using P = kernels::SmallBatchLinearParams;
   refused([](P& p) { p.rows = 17; }, "17 rows");
+  refused([](P& p) { p.steps_in_flight = 6; }, "6 steps in flight");
+  refused(
+      [](P& p) {
+        p.steps_in_flight = 8;
+        p.rows = 9;
+      },
+      "8 steps in flight take one weight per tile and up to 8 rows");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -519,6 +526,40 @@ TEST_F(KernelTest, SmallBatchLinearInputOpsEqualTheirKernels) {
       sync();
       EXPECT_EQ(fused.download(), plain.download());
       EXPECT_EQ(fused_sum.download(), plain_sum.download());
+    }
+  }
+}
+
+// How many steps of weights a warp keeps in flight (4, 8, or the kernel's choice) does not change a
+// bit: narrow and wide launches, a K over 4,096, with and without the residual add.
+TEST_F(KernelTest, SmallBatchLinearStepsInFlightKeepTheBits) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  struct Shape {
+    int64_t N, K;
+  };
+  for (const Shape& shape : {Shape{77, 328}, Shape{4200, 1032}, Shape{200, 9216}}) {
+    const TestWeight w = random_weight(shape.N, shape.K, rng_);
+    for (int64_t M : {int64_t(1), int64_t(5), int64_t(8)}) {
+      SCOPED_TRACE("N " + std::to_string(shape.N) + " K " + std::to_string(shape.K) + " M " + std::to_string(M));
+      const auto x = random_bf16_values(size_t(M * shape.K), rng_, 2.0f);
+      const auto residual = random_bf16_values(size_t(M * shape.N), rng_, 2.0f);
+      auto dx = device_bf16(x), dres = device_bf16(residual);
+      for (bool add : {false, true}) {
+        std::vector<std::vector<uint16_t>> results;
+        for (int steps : {0, 4, 8}) {
+          auto out = poisoned_bf16(size_t(M * shape.N));
+          kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = shape.K, .num_outputs = 1};
+          p.outputs[0] = {w.device.data(), out.data(), shape.N};
+          p.residual = add ? dres.data() : nullptr;
+          p.steps_in_flight = steps;
+          ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+          ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+          sync();
+          results.push_back(out.download());
+        }
+        EXPECT_EQ(results[1], results[0]) << "4 steps against the kernel's choice" << (add ? ", residual" : "");
+        EXPECT_EQ(results[2], results[0]) << "8 steps against the kernel's choice" << (add ? ", residual" : "");
+      }
     }
   }
 }

@@ -530,7 +530,8 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   // Few tiles (the 2,560-wide projections: 160 for 132 SMs) over a K of at most 4,096: deeper loads
   // per warp (kDeep above).
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
-  const bool narrow = tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK;
+  const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
+                                             : p.steps_in_flight == 8;
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                                   : pick_kernel<1>(p.input, two_tiles, narrow);
   if (smem > 0) {
