@@ -895,7 +895,9 @@ Ops::NormedGdnOutput CudaOps::gdn_delta_rule_normed(const Tensor& qkv, const Ten
                                                     const Tensor& z, const TensorView& norm_weight, double eps,
                                                     const BatchPlan& plan, int64_t gdn_layer) {
   check_gdn_inputs(qkv, a, b, plan, gdn_layer, "gdn_delta_rule_normed");
-  if (!step_->decode) return Ops::gdn_delta_rule_normed(qkv, a, b, A_log, dt_bias, z, norm_weight, eps, plan, gdn_layer);
+  // The fused norm runs a head's two CTAs as a cluster (compute capability 9.0 and later).
+  if (!step_->decode || !gdn::gdn_decode_step_fuses_output_norm())
+    return Ops::gdn_delta_rule_normed(qkv, a, b, A_log, dt_bias, z, norm_weight, eps, plan, gdn_layer);
   const int64_t N = step_->n_tokens, Hv = config_.linear_num_value_heads, dv = config_.linear_value_head_dim;
   check_cuda_tensor(z, DType::bf16, "gdn_delta_rule_normed z");
   DI_CHECK(z.numel() == N * Hv * dv, "gdn_delta_rule_normed: z of shape {} for {} tokens", shape_str(z.shape()), N);

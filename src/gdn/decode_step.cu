@@ -28,7 +28,6 @@
 // is updated and stored between the barrier's arrival and its wait, which hides the exchange.
 #include "gdn/decode_step.h"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_common.cuh"
@@ -80,11 +79,6 @@ struct StateBlock {
   // The one lane of each column group that writes the output.
   __device__ bool writes_output() const { return kKeyContiguous ? lane % 8 == 0 : lane / 4 == 0; }
 };
-
-// The barrier of a CTA pair: every thread of both arrives (release: its shared-memory writes before
-// it are seen by the other CTA after its wait) and later waits (acquire).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
 template <di_gdn_state_layout Layout, bool kNormed>
 __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
@@ -209,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
       *reinterpret_cast<float4*>(&o_half[col0 - part * kColsPerCta]) =
           make_float4(round_bf16(o[0]), round_bf16(o[1]), round_bf16(o[2]), round_bf16(o[3]));
     }
-    cluster_arrive();
+    kernels::cluster_arrive_release();
   } else if (block.writes_output()) {
     *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]));
   }
@@ -236,25 +230,23 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   if constexpr (kNormed) {
     // The head's o in the gated norm's order: lane l sums elements l, l + 32 (half 0) and l + 64,
     // l + 96 (half 1), then the warp's butterfly; every warp gets the same factor.
-    cluster_wait();
-    namespace cg = cooperative_groups;
-    cg::cluster_group pair = cg::this_cluster();
+    kernels::cluster_wait();
     kernels::StridedRow<4> row_o;
 #pragma unroll
     for (int half = 0; half < kCtasPerHead; ++half) {
-      const float* src = pair.map_shared_rank(o_half, half);
+      const float* src = kernels::in_cluster_block(o_half, half);
       row_o.v[2 * half] = src[lane];
       row_o.v[2 * half + 1] = src[lane + 32];
     }
     const float s = kernels::inv_rms(kernels::warp_sum(row_o.sum_sq()), kHeadDim, p.norm_eps);
-    cluster_arrive();  // this CTA's reads of the other's half are done
+    kernels::cluster_arrive_release();  // this CTA's reads of the other's half are done
     if (block.writes_output()) {
       float y[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) y[c] = kernels::gated_rms_normed(round_bf16(o[c]), s, norm_w[c], z[c]);
       *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]));
     }
-    cluster_wait();  // neither CTA leaves while the other may still read its shared memory
+    kernels::cluster_wait();  // neither CTA leaves while the other may still read its shared memory
   }
 }
 
@@ -278,6 +270,7 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
     return cudaErrorInvalidValue;
   const bool normed = p.norm_weight != nullptr;
   if (normed && (p.z == nullptr || !aligned(p.z, 8) || !aligned(p.norm_weight, 16))) return cudaErrorInvalidValue;
+  if (normed && !kernels::clusters_supported()) return cudaErrorNotSupported;
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   const bool kv = p.state_layout == DI_GDN_STATE_KV;
@@ -289,5 +282,7 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
       kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false>,
       dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
 }
+
+bool gdn_decode_step_fuses_output_norm() { return kernels::clusters_supported(); }
 
 }  // namespace di::gdn

@@ -46,7 +46,10 @@ struct GdnDecodeParams {
 // geometry or layout, a negative count, a NULL pointer that must be set, or pointers that break the
 // vector accesses: qkv and out 8-byte aligned with qkv_row_stride a multiple of 4, state 16-byte
 // aligned; with norm_weight set, z must be set and 8-byte aligned and norm_weight 16-byte aligned.
-// Otherwise the launch status. No host synchronisation, no allocation.
+// cudaErrorNotSupported for the fused norm on a device without thread block clusters (before compute
+// capability 9.0). Otherwise the launch status. No host synchronisation, no allocation.
 cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream);
+// Whether the current device runs the step with the output norm fused in (norm_weight set).
+bool gdn_decode_step_fuses_output_norm();
 
 }  // namespace di::gdn

@@ -129,6 +129,47 @@ __device__ __forceinline__ void allow_dependent_grid() {
 #endif
 }
 
+// Thread block clusters (sm_90 and later; launch_early_in_clusters() below): a barrier over every
+// thread of the cluster's blocks, and the address of a shared variable in another block of the
+// cluster (distributed shared memory). Each thread arrives, then waits for all arrivals; release on
+// the arrival and acquire on the wait order the shared-memory accesses around them across the
+// blocks. Built for older targets they trap: no cluster is launched there (clusters_supported()).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+template <typename T>
+__device__ __forceinline__ T* in_cluster_block(T* x, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t remote;
+  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(remote) : "l"(reinterpret_cast<uint64_t>(x)), "r"(rank));
+  return reinterpret_cast<T*>(remote);
+#else
+  __trap();
+  return x;
+#endif
+}
+// Whether the current device runs thread block clusters (compute capability 9.0 and later). Read
+// once per process.
+bool clusters_supported();
+
 // Whether launch_early() asks for programmatic dependent launch: on where the current device has
 // it (sm_90 and later) unless DI_EARLY_LAUNCH=0 (a rollback, and the other side of a comparison).
 // Read once per process.

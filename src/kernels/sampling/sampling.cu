@@ -21,8 +21,9 @@
 // token whose interval holds u, walking the kept tokens in a fixed order: by id mod 1024 (the thread
 // that reads the token), then by id.
 //
-// The first pass, for the maximum, is split over a cluster of kRowSplit blocks per row (a slice of
-// the row each; a maximum does not depend on the order it is taken in), whose rank 0 gathers the
+// The first pass, for the maximum, is split over a cluster of kRowSplit blocks per row (compute
+// capability 9.0 and later; one block per row before), a slice of the row each (a maximum does not
+// depend on the order it is taken in); the cluster's rank 0 gathers the
 // slices' maxima through distributed shared memory and goes on alone: a greedy row is done there,
 // and one block's instructions over a 248K vocabulary took ~40 us where a slice takes a few.
 //
@@ -35,6 +36,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "kernels/cuda_common.cuh"
 
 namespace di::sampling {
 namespace {
@@ -397,57 +400,47 @@ __device__ Selection radix_select(const RowView<Logit>& row, const MassModel& mo
 
 // ---- the kernel -----------------------------------------------------------------------------
 
-// The barrier of a row's cluster: every thread of every block arrives, then waits for all arrivals.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-
-// The address of `x` (a shared variable) in the shared memory of block `rank` of the cluster.
-template <typename T>
-__device__ __forceinline__ T* in_cluster_block(T* x, uint32_t rank) {
-  uint64_t local = reinterpret_cast<uint64_t>(x), remote;
-  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(remote) : "l"(local), "r"(rank));
-  return reinterpret_cast<T*>(remote);
-}
-
-// A cluster of kRowSplit blocks per row (grid.x = rows * kRowSplit); block rank r of a cluster takes
-// the r-th slice of the row for the maximum, and rank 0 the rest.
-template <typename Logit>
+// kSplit 1: a block per row. kSplit = kRowSplit: a cluster of kRowSplit blocks per row (grid.x =
+// rows * kRowSplit; compute capability 9.0 and later); block rank r of a cluster takes the r-th
+// slice of the row for the maximum, and rank 0 the rest.
+template <typename Logit, int kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const Logit* __restrict__ logits, RowShape shape, const SamplingRow* __restrict__ row_params,
                        int32_t* __restrict__ out_tokens) {
   __shared__ SharedState sh;
-  __shared__ u64 slice_max[kRowSplit];  // rank 0's: the maximum key of every slice
+  __shared__ u64 slice_max[kSplit];  // rank 0's: the maximum key of every slice
   // The row, read from blockIdx where used: a register held through the selects would spill.
-  const auto row_index = [] { return int32_t(blockIdx.x / kRowSplit); };
-  const int32_t rank = int32_t(blockIdx.x % kRowSplit);
+  const auto row_index = [] { return int32_t(blockIdx.x / kSplit); };
+  const int32_t rank = int32_t(blockIdx.x % kSplit);
   const RowView<Logit> row{logits + size_t(row_index()) * size_t(shape.vocab), shape};
   // Rank 0's shared memory takes the others' stores only once every block of the cluster runs.
-  cluster_arrive_relaxed();
+  if constexpr (kSplit > 1) kernels::cluster_arrive_relaxed();
 
   // The first candidate: the highest logit, the lowest id among equals. Greedy rows stop here.
-  // Slices of whole 16-byte vectors (from the row's start), the last one shorter.
-  constexpr int64_t kAlign = 16 / int64_t(sizeof(Logit));
-  const int64_t slice = (int64_t(shape.vocab) + kRowSplit * kAlign - 1) / (kRowSplit * kAlign) * kAlign;
-  const int64_t begin = min(int64_t(shape.vocab), rank * slice), end = min(int64_t(shape.vocab), begin + slice);
   u64 local_max = 0;  // every key is > 0
-  row.template for_each_unordered_in<kVectorsInFlightSlice>(begin, end, [&](int32_t id, float logit) {
+  const auto take_max = [&](int32_t id, float logit) {
     const u64 key = row.key(logit, id);
     local_max = key > local_max ? key : local_max;
-  });
-  const u64 my_max = block_max(local_max, sh.scratch);
-  cluster_wait();
-  if (threadIdx.x == 0) *in_cluster_block(&slice_max[rank], 0) = my_max;
-  cluster_arrive_release();
-  cluster_wait();
-  if (rank != 0) return;
-  uint64_t max_key = 0;
+  };
+  if constexpr (kSplit > 1) {
+    // Slices of whole 16-byte vectors (from the row's start), the last one shorter.
+    constexpr int64_t kAlign = 16 / int64_t(sizeof(Logit));
+    const int64_t slice = (int64_t(shape.vocab) + kSplit * kAlign - 1) / (kSplit * kAlign) * kAlign;
+    const int64_t begin = min(int64_t(shape.vocab), rank * slice), end = min(int64_t(shape.vocab), begin + slice);
+    row.template for_each_unordered_in<kVectorsInFlightSlice>(begin, end, take_max);
+  } else {
+    row.template for_each_unordered<kVectorsInFlightLight>(take_max);
+  }
+  uint64_t max_key = block_max(local_max, sh.scratch);
+  if constexpr (kSplit > 1) {
+    kernels::cluster_wait();
+    if (threadIdx.x == 0) *kernels::in_cluster_block(&slice_max[rank], 0) = max_key;
+    kernels::cluster_arrive_release();
+    kernels::cluster_wait();
+    if (rank != 0) return;
 #pragma unroll
-  for (int r = 0; r < kRowSplit; ++r) max_key = slice_max[r] > max_key ? slice_max[r] : max_key;
+    for (int r = 0; r < kSplit; ++r) max_key = slice_max[r] > max_key ? slice_max[r] : max_key;
+  }
   const SamplingRow params = row_params[row_index()];
   const int32_t top_id = row.id_of(max_key);
   if (!(params.temperature > 0.0f)) {
@@ -567,20 +560,26 @@ cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream) {
   const size_t workspace = sample_workspace_bytes(p.rows, p.vocab);
   if (p.workspace_bytes < workspace || (workspace > 0 && p.workspace == nullptr)) return cudaErrorInvalidValue;
   const RowShape shape = row_shape(p.vocab);
+  // A cluster per row where the device has clusters, else a block per row.
+  const bool split = kernels::clusters_supported();
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim = {unsigned(kRowSplit), 1, 1};
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(p.rows) * kRowSplit);
+  config.gridDim = dim3(unsigned(p.rows) * (split ? kRowSplit : 1));
   config.blockDim = dim3(kThreads);
   config.stream = stream;
   config.attrs = &cluster;
-  config.numAttrs = 1;
-  if (p.logits_bf16)
-    return cudaLaunchKernelEx(&config, sample_rows_kernel<uint16_t>, static_cast<const uint16_t*>(p.logits), shape,
-                              p.row_params, p.out_tokens);
-  return cudaLaunchKernelEx(&config, sample_rows_kernel<float>, static_cast<const float*>(p.logits), shape,
-                            p.row_params, p.out_tokens);
+  config.numAttrs = split ? 1 : 0;
+  const auto launch = [&](auto kernel, auto logits) {
+    return cudaLaunchKernelEx(&config, kernel, logits, shape, p.row_params, p.out_tokens);
+  };
+  if (p.logits_bf16) {
+    const auto* logits = static_cast<const uint16_t*>(p.logits);
+    return split ? launch(sample_rows_kernel<uint16_t, kRowSplit>, logits) : launch(sample_rows_kernel<uint16_t, 1>, logits);
+  }
+  const auto* logits = static_cast<const float*>(p.logits);
+  return split ? launch(sample_rows_kernel<float, kRowSplit>, logits) : launch(sample_rows_kernel<float, 1>, logits);
 }
 
 }  // namespace di::sampling
