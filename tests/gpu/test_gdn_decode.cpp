@@ -22,6 +22,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
@@ -243,22 +244,27 @@ void check_one_step(int num_seqs, di_gdn_state_layout layout, std::vector<int32_
   }
 }
 
-class GdnDecodeBatch : public GdnDecodeTest, public ::testing::WithParamInterface<int> {};
+// A step of GetParam() sequences, checked in both state layouts.
+class GdnDecodeBatch : public GdnDecodeTest, public ::testing::WithParamInterface<int> {
+ protected:
+  // check(layout, slots, pool_slots): the sequences on distinct slots, in random order, of a pool
+  // `spare` slots larger than the batch.
+  template <typename Check>
+  void in_both_layouts(int spare, Check check) {
+    SCOPED_TRACE(seed_trace(seed_));
+    const int N = GetParam(), pool_slots = N + spare;
+    for (di_gdn_state_layout layout : kLayouts) {
+      SCOPED_TRACE(layout_str(layout));
+      check(layout, distinct_slots(N, pool_slots, rng_), pool_slots);
+    }
+  }
+};
 
 TEST_P(GdnDecodeBatch, OneStepMatchesFloat64Oracle) {
-  SCOPED_TRACE(seed_trace(seed_));
-  const int N = GetParam();
-  for (di_gdn_state_layout layout : kLayouts) {
-    SCOPED_TRACE(layout_str(layout));
-    const int pool_slots = N + 5;
-    check_one_step(N, layout, distinct_slots(N, pool_slots, rng_), pool_slots, stream_, rng_);
-  }
+  in_both_layouts(5, [&](di_gdn_state_layout layout, std::vector<int32_t> slots, int pool_slots) {
+    check_one_step(GetParam(), layout, std::move(slots), pool_slots, stream_, rng_);
+  });
 }
-
-INSTANTIATE_TEST_SUITE_P(GdnDecode, GdnDecodeBatch, ::testing::Values(1, 2, 7, 64, 300),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "batch" + std::to_string(info.param);
-                         });
 
 // A negative slot marks a padding row (CUDA-graph batches padded to a bucket): zero output, no
 // state read or written.
@@ -455,21 +461,14 @@ void check_normed_step(int num_seqs, di_gdn_state_layout layout, const std::vect
   EXPECT_TRUE(pool_fused.download() == pool_plain.download()) << "the states differ from the plain step's";
 }
 
-class GdnDecodeNormed : public GdnDecodeTest, public ::testing::WithParamInterface<int> {};
-
-TEST_P(GdnDecodeNormed, EqualsStepThenGatedNorm) {
-  SCOPED_TRACE(seed_trace(seed_));
-  const int N = GetParam();
-  for (di_gdn_state_layout layout : kLayouts) {
-    SCOPED_TRACE(layout_str(layout));
-    const int pool_slots = N + 3;
-    std::vector<int32_t> slots = distinct_slots(N, pool_slots, rng_);
-    if (N > 2) slots[size_t(N / 2)] = -1;  // a padding row among them
-    check_normed_step(N, layout, slots, pool_slots, stream_, rng_);
-  }
+TEST_P(GdnDecodeBatch, NormedStepEqualsStepThenGatedNorm) {
+  in_both_layouts(3, [&](di_gdn_state_layout layout, std::vector<int32_t> slots, int pool_slots) {
+    if (slots.size() > 2) slots[slots.size() / 2] = -1;  // a padding row among them
+    check_normed_step(GetParam(), layout, slots, pool_slots, stream_, rng_);
+  });
 }
 
-INSTANTIATE_TEST_SUITE_P(GdnDecode, GdnDecodeNormed, ::testing::Values(1, 2, 7, 64),
+INSTANTIATE_TEST_SUITE_P(GdnDecode, GdnDecodeBatch, ::testing::Values(1, 2, 7, 64, 300),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "batch" + std::to_string(info.param);
                          });
