@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -66,22 +67,22 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// `batch` sequences, each prefilled (together) with a 128-token prompt, ready to decode.
+// `batch` sequences, each prefilled (together) with a prompt of `context` tokens, ready to decode.
 struct DecodeBatch {
   std::vector<int> slots;
   std::vector<int64_t> n_past;
 
-  DecodeBatch(const Qwen35Model& model, CudaOps& ops, int64_t batch, std::mt19937_64& rng) {
+  DecodeBatch(const Qwen35Model& model, CudaOps& ops, int64_t batch, std::mt19937_64& rng, int64_t context = 128) {
     BatchPlan plan;
     std::vector<int64_t> rows;
     for (int64_t s = 0; s < batch; ++s) {
       slots.push_back(ops.alloc_slot());
-      const auto ids = random_tokens(128, rng);
-      plan.seqs.push_back({plan.n_tokens(), 128, 0, slots.back()});
+      const auto ids = random_tokens(context, rng);
+      plan.seqs.push_back({plan.n_tokens(), context, 0, slots.back()});
       plan.token_ids.insert(plan.token_ids.end(), ids.begin(), ids.end());
-      for (int64_t i = 0; i < 128; ++i) plan.positions.push_back(i);
+      for (int64_t i = 0; i < context; ++i) plan.positions.push_back(i);
       rows.push_back(plan.n_tokens() - 1);
-      n_past.push_back(128);
+      n_past.push_back(context);
     }
     model.forward(plan, rows, ops);
   }
@@ -205,12 +206,23 @@ int main(int argc, char** argv) {
   CLI::App app{"End-to-end GPU engine benchmark"};
   std::string model_dir, json_out;
   int decode_steps = 32;
+  int64_t context = 128;
+  std::vector<std::string> prefill_shapes{"128x8", "2048x1", "8192x1", "32768x1"};
+  std::vector<int64_t> decode_batches{1, 8, 16, 64};
   int64_t profile_batch = 0;
   bool skip_prefill = false;
   app.add_option("--model", model_dir, "model directory")->required();
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--decode-steps", decode_steps, "decode steps timed per batch size")->capture_default_str();
   app.add_flag("--skip-prefill", skip_prefill, "time decode steps only");
+  app.add_option("--prefill", prefill_shapes, "timed prefill steps, LENxSEQS: SEQS fresh prompts of LEN tokens in one step")
+      ->capture_default_str();
+  app.add_option("--context", context, "prompt tokens of each sequence before the timed decode steps")
+      ->check(CLI::Range(1, 32768))
+      ->capture_default_str();
+  app.add_option("--decode-batches", decode_batches, "batch sizes of the timed decode steps")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--profile-step", profile_batch,
                  "run one eager decode step of this batch size between cudaProfilerStart and Stop, then exit")
       ->check(CLI::Range(1, 64));
@@ -223,7 +235,9 @@ int main(int argc, char** argv) {
     const LoadedModel m = load_model(model_dir);
     const double load_s = seconds_since(process_start);
     Qwen35Model model(m.config, m.weights);
-    CudaOps ops(m.config, m.weights, CudaOpsOptions{.max_slots = 64, .kv_cache_tokens = 40960});
+    // Room for 64 sequences of the context and their decode steps.
+    const int64_t kv_tokens = std::max<int64_t>(40960, 64 * (context + decode_steps + 64));
+    CudaOps ops(m.config, m.weights, CudaOpsOptions{.max_slots = 64, .kv_cache_tokens = kv_tokens});
     const double upload_s = seconds_since(process_start) - load_s;
     int64_t first_token = 0;
     {
@@ -258,8 +272,12 @@ int main(int argc, char** argv) {
                              {"decode", nlohmann::json::array()}};
 
     std::printf("\n%-12s %12s %10s %8s\n", "prefill", "tokens/s", "ms", "MFU");
-    for (auto [len, seqs] : {std::pair<int64_t, int64_t>{128, 8}, {2048, 1}, {8192, 1}, {32768, 1}}) {
+    for (const std::string& shape : prefill_shapes) {
       if (skip_prefill) break;
+      int64_t len = 0, seqs = 0;
+      if (std::sscanf(shape.c_str(), "%lldx%lld", reinterpret_cast<long long*>(&len),
+                      reinterpret_cast<long long*>(&seqs)) != 2 || len < 1 || seqs < 1 || seqs > 64)
+        fail("--prefill {}: expected LENxSEQS with LEN >= 1 and 1 <= SEQS <= 64", shape);
       std::vector<double> runs;
       prefill_once(model, ops, len, seqs, rng);  // warm-up: GEMM plans, pool growth
       for (int r = 0; r < 3; ++r) runs.push_back(prefill_once(model, ops, len, seqs, rng));
@@ -271,10 +289,12 @@ int main(int argc, char** argv) {
     }
 
     const double floor_ms = double(weight_bytes) / (kCopyTBps * 1e12) * 1e3;
-    std::printf("\n%-8s %-7s %12s %10s %14s\n", "decode", "mode", "tokens/s", "ms/step", "of the floor");
-    for (int64_t batch : {1, 8, 16, 64})
+    std::printf("\n%-8s %-7s %12s %10s %14s   (after %lld tokens of context)\n", "decode", "mode", "tokens/s",
+                "ms/step", "of the floor", (long long)context);
+    report["decode_context"] = context;
+    for (int64_t batch : decode_batches)
     for (bool graphed : {true, false}) {
-      DecodeBatch sequences(model, ops, batch, rng);
+      DecodeBatch sequences(model, ops, batch, rng, context);
       // Greedy sampling on the GPU: only the token ids come back to the host.
       const std::vector<sampling::SamplingRow> greedy(static_cast<size_t>(batch),
                                                       sampling::make_sampling_row(SamplingParams{}, 0));

@@ -149,6 +149,7 @@ void run_bench(const BenchOptions& o) {
   EngineStats stats = engine.stats();
   stats.steps -= before.steps;
   stats.preemptions -= before.preemptions;
+  stats.runner_seconds -= before.runner_seconds;
   std::printf("%s\n", host.describe().c_str());
   std::printf("%lld requests of %lld in / %lld out, concurrency %lld: %.2f s (after %lld warm-up requests)\n",
               static_cast<long long>(o.num_requests), static_cast<long long>(o.input_len),
@@ -157,6 +158,11 @@ void run_bench(const BenchOptions& o) {
   std::printf("output tokens/s %.1f   total tokens/s %.1f   requests/s %.2f   steps %lld   preemptions %lld\n",
               double(out_tokens) / wall, double(in_tokens + out_tokens) / wall, double(o.num_requests) / wall,
               static_cast<long long>(stats.steps), static_cast<long long>(stats.preemptions));
+  // Where a step's time goes: the model runner (forward and sampling, the GPU busy) and everything
+  // else of the engine's loop (scheduling, detokenising, handing out events), the GPU idle.
+  const double per_step_ms = stats.steps > 0 ? 1e3 / double(stats.steps) : 0.0;
+  std::printf("engine loop: %.3f ms a step in the model runner, %.3f ms outside it\n",
+              stats.runner_seconds * per_step_ms, (wall - stats.runner_seconds) * per_step_ms);
   std::printf("%-8s %10s %10s %10s\n", "ms", "p50", "p90", "p99");
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"TTFT", &ttft}, {"TPOT", &tpot},
                                 {"latency", &latency}})
@@ -186,6 +192,7 @@ void run_bench(const BenchOptions& o) {
         {"output_tokens_per_s", double(out_tokens) / wall},
         {"total_tokens_per_s", double(in_tokens + out_tokens) / wall},
         {"steps", stats.steps},
+        {"runner_s", stats.runner_seconds},
         {"preemptions", stats.preemptions},
         {"ttft_s", summary(ttft)},
         {"tpot_s", summary(tpot)},

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 #include <fmt/format.h>
@@ -141,6 +142,7 @@ EngineStats Engine::stats() const {
   s.steps = steps_;
   s.preemptions = scheduler_.total_preemptions();
   s.runner_slots = runner_slots_;
+  s.runner_seconds = runner_seconds_;
   return s;
 }
 
@@ -237,12 +239,15 @@ void Engine::serve() {
     lock.unlock();
     std::vector<int32_t> sampled;
     std::string failure;
+    const auto run_start = std::chrono::steady_clock::now();
     try {
       sampled = runner_.run(plan);
     } catch (const std::exception& e) {
       failure = e.what();
     }
+    const double run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     lock.lock();
+    runner_seconds_ += run_seconds;
 
     if (!failure.empty()) {
       // The step itself failed (a device error): every request in it ends, with the reason.

@@ -66,6 +66,10 @@ struct EngineStats {
   int64_t free_kv_blocks = 0, total_kv_blocks = 0;
   int64_t steps = 0, preemptions = 0;
   int64_t runner_slots = 0;  // Ops slots the runner holds
+  // Seconds the worker spent in the model runner (the forward step and its sampling, to the tokens
+  // on the host), all steps together. The rest of a busy worker's time is the host's bookkeeping
+  // between steps, while the GPU waits.
+  double runner_seconds = 0;
 };
 
 class Engine {
@@ -115,6 +119,7 @@ class Engine {
   std::unordered_map<int64_t, std::unique_ptr<Live>> requests_;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
+  double runner_seconds_ = 0;
   int64_t runner_slots_ = 0;
   bool stopping_ = false;
   std::string failure_;  // set when the worker stopped on an error
