@@ -37,7 +37,7 @@ struct ModelOptions {
 struct EngineCliOptions {
   ModelOptions model;
   int64_t max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_batched_tokens = EngineHostOptions{}.max_num_batched_tokens;
   int64_t max_model_len = 0;
   double gpu_memory_utilization = 0.9;
   int tensor_parallel_size = 1;
