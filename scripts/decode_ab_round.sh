@@ -77,6 +77,10 @@ if [ -n "$census" ] && [ $tests_rc -eq 0 ]; then
   done
 fi
 
+# The GPU's state after the runs (temperature, clock-limiting reasons), beside its state before.
+echo "after the runs:" >>"$logs/machine.txt"
+record_gpu_state "$logs/machine.txt"
+
 # The means of each side's runs.
 python3 tools/bench/ab_round.py means decode "$logs"
 echo "wall time $(( $(date +%s) - start )) s"

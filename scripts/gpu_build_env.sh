@@ -3,6 +3,7 @@
 #   unpack_device_deps            -> sets DI_SYSROOT
 #   configure_gpu_build SRC BUILD [CMAKE_ARGS...]   (run from the repository root)
 #   overlay_tree OVERLAY DIR      -> DIR: the working tree with an A/B overlay (scripts/gdn_ab_overlay.sh)
+#   record_gpu_state FILE         the GPU's identity and state appended to FILE
 #   begin_ab_round OVERLAY LOG_DIR  the start of an A/B round: arguments checked, machine recorded,
 #                                 dependencies unpacked, the A tree laid out at DI_AB_TREE_A
 DI_SYSROOT=/tmp/deltainfer-sysroot
@@ -37,6 +38,18 @@ overlay_tree() {
 # log directory checked, the machine and both sides' sources recorded in LOG_DIR/machine.txt, the
 # build dependencies unpacked and the A tree laid out. Returns 2 on bad arguments.
 DI_AB_TREE_A=/tmp/deltainfer-ab-a
+# The GPU's identity and state, appended to FILE: which physical board ran a round (its UUID and
+# bus), its clock and power limits, temperature, active clock-limiting reasons, uncorrected ECC
+# errors and any other process on it, so that a round that behaves oddly can be told apart.
+record_gpu_state() {
+  local file=$1 query
+  for query in uuid,pci.bus_id clocks.max.memory,power.limit,temperature.gpu clocks_event_reasons.active \
+               ecc.errors.uncorrected.volatile.total; do
+    nvidia-smi --query-gpu="$query" --format=csv,noheader >>"$file" 2>&1 || true
+  done
+  echo "other processes on the GPU: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)" >>"$file"
+}
+
 begin_ab_round() {
   local overlay=$1 logs=$2
   [ -n "$overlay" ] && [ -f "$overlay/revision.txt" ] ||
@@ -46,6 +59,7 @@ begin_ab_round() {
   echo "source commit ${DI_SOURCE_COMMIT:-unknown} dirty ${DI_SOURCE_DIRTY:-unknown}; A = $(cat "$overlay/revision.txt")'s src/ over it" >"$logs/machine.txt"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$logs/machine.txt" 2>&1
   nvcc --version | tail -1 >>"$logs/machine.txt"
+  record_gpu_state "$logs/machine.txt"
   unpack_device_deps
   overlay_tree "$overlay" "$DI_AB_TREE_A"
 }
