@@ -8,8 +8,7 @@
 // fuses them) each layer applies the op ahead of it on the way in, as a decode step does (the RMS
 // norm, the GDN output norm, attention's sigmoid gate), and cuBLASLt runs that op's kernel first.
 // --steps-in-flight 4 or 8 sets how many steps of weights each warp of the small-batch kernel keeps
-// in flight where it can choose (up to 8 rows, one weight per tile), and --tile-rows 16 or 32 the
-// weight rows of a tile from 9 rows, rather than its own choice.
+// in flight where it can choose (up to 8 rows, one weight per tile), rather than its own choice.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -64,17 +63,11 @@ const char* input_name(Input in) {
   }
 }
 
-// The small-batch kernel's choices a run makes for it (0: the kernel's own).
-struct Choices {
-  int steps_in_flight = 0;
-  int tile_rows = 0;
-};
-
 struct WeightSet {
   std::vector<cuda::DeviceBuffer<uint16_t>> w;
 };
 
-nlohmann::json run_case(const Case& c, int64_t M, bool fuse, Choices choices, kernels::CublasLtGemm& gemm,
+nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, kernels::CublasLtGemm& gemm,
                         cudaStream_t stream, std::mt19937_64& rng) {
   const Input input = fuse && M <= kFusedMaxRows ? c.fused : Input::plain;
   int64_t weight_elems = 0, out_elems = 0;
@@ -130,8 +123,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, Choices choices, ke
       }
       for (size_t i = 0; i < c.features.size(); ++i)
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
-      if (M <= 8 && !c.swiglu) p.steps_in_flight = choices.steps_in_flight;
-      if (M > 8) p.tile_rows = choices.tile_rows;
+      if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }
   };
@@ -186,39 +178,32 @@ int main(int argc, char** argv) {
   std::string json_path, only_layer;
   std::vector<int64_t> rows = {1, 2, 4, 8, 16};
   bool fuse = false;
-  Choices choices;
+  int steps_in_flight = 0;
   app.add_option("--json", json_path, "write the report here");
   app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
   app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->check(CLI::Range(1, 16));
   app.add_flag("--fused-input", fuse, "at 1 and 2 rows, each layer applies the op ahead of it on the way in");
-  app.add_option("--steps-in-flight", choices.steps_in_flight,
+  app.add_option("--steps-in-flight", steps_in_flight,
                  "weight steps in flight per warp where the kernel may choose (4 or 8; default: its choice)")
       ->check(CLI::IsMember({4, 8}));
-  app.add_option("--tile-rows", choices.tile_rows, "weight rows per tile from 9 rows (16 or 32; default: its choice)")
-      ->check(CLI::IsMember({16, 32}));
   CLI11_PARSE(app, argc, argv);
   try {
     cudaStream_t stream;
     DI_CUDA_CHECK(cudaStreamCreate(&stream));
     kernels::CublasLtGemm gemm;
     std::mt19937_64 rng(20261130);
-    if (choices.steps_in_flight != 0)
-      std::printf("(small batch: %d steps in flight per warp up to 8 rows)\n", choices.steps_in_flight);
-    if (choices.tile_rows != 0) std::printf("(small batch: tiles of %d weight rows from 9 rows)\n", choices.tile_rows);
+    if (steps_in_flight != 0) std::printf("(small batch: %d steps in flight per warp up to 8 rows)\n", steps_in_flight);
     std::printf("| layer | M | weight MB | small-batch us | TB/s | of 4.3 | cuBLASLt us | TB/s | of 4.3 | speed-up |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     nlohmann::json report = {{"provenance", provenance()},
-                             {"steps_in_flight", choices.steps_in_flight == 0
-                                                     ? nlohmann::json("the kernel's choice")
-                                                     : nlohmann::json(choices.steps_in_flight)},
-                             {"tile_rows", choices.tile_rows == 0 ? nlohmann::json("the kernel's choice")
-                                                                  : nlohmann::json(choices.tile_rows)},
+                             {"steps_in_flight", steps_in_flight == 0 ? nlohmann::json("the kernel's choice")
+                                                                      : nlohmann::json(steps_in_flight)},
                              {"rows", nlohmann::json::array()}};
     int ran = 0;
     for (const Case& c : kCases) {
       if (std::string(c.name).find(only_layer) == std::string::npos) continue;
       for (int64_t M : rows)
-        report["rows"].push_back(run_case(c, M, fuse, choices, gemm, stream, rng)), ++ran;
+        report["rows"].push_back(run_case(c, M, fuse, steps_in_flight, gemm, stream, rng)), ++ran;
     }
     if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";

@@ -392,7 +392,6 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.rows = 9;
       },
       "8 steps in flight take one weight per tile and up to 8 rows");
-  refused([](P& p) { p.tile_rows = 24; }, "tiles of 24 weight rows");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -656,13 +655,12 @@ TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
 // while the one before is stored): with the grid capped at a few blocks, each takes many tiles, and
 // every output (bf16 with and without a residual, its sums of squares, float32, SwiGLU; plain and
 // staged input ops) keeps the bits of the uncapped launch, whose tiles the other tests check against
-// the reference; so do tiles of 16 and of 32 weight rows. Up to 8 rows the cap and the tile rows are
-// ignored (a block per tile of 16). Widths that leave a last partial tile (of 32: one whose second 16
-// rows are all past the width), and blocks with unequal counts of tiles.
+// the reference. Up to 8 rows the cap is ignored (a block per tile). Widths that leave a last partial
+// tile, and blocks with unequal counts of tiles.
 TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   using Input = kernels::SmallBatchInput;
-  const int64_t K = 264, N = 1000, N2 = 77;  // 63 + 5 tiles of 16, 32 + 3 of 32, over the capped grids
+  const int64_t K = 264, N = 1000, N2 = 77;  // 63 + 5 tiles over the capped grids
   const TestWeight w = random_weight(N, K, rng_), w2 = random_weight(N2, K, rng_), up = random_weight(N, K, rng_);
   const auto norm_w = random_bf16_values(size_t(K), rng_, 0.5f);
   cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
@@ -711,11 +709,10 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
       const bool is_f32 = v.p.epilogue == kernels::SmallBatchEpilogue::f32;
       const int written = v.p.epilogue == kernels::SmallBatchEpilogue::swiglu ? 1 : v.p.num_outputs;
       // Each output as raw bytes, and the sums of squares where written.
-      const auto run = [&](int64_t max_blocks, int tile_rows) {
+      const auto run = [&](int64_t max_blocks) {
         std::vector<cuda::DeviceBuffer<uint16_t>> out;
         kernels::SmallBatchLinearParams p = v.p;
         p.max_blocks = max_blocks;
-        p.tile_rows = tile_rows;
         for (int i = 0; i < written; ++i) {
           out.push_back(poisoned_bf16(size_t(M * p.outputs[i].features * (is_f32 ? 2 : 1))));
           p.outputs[i].out = out.back().data();
@@ -734,10 +731,8 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
         }
         return bits;
       };
-      const auto whole = run(0, 0);
-      for (int tile_rows : {16, 32})
-        for (int64_t cap : {int64_t(0), int64_t(1), int64_t(3), int64_t(7)})
-          EXPECT_EQ(run(cap, tile_rows), whole) << "tiles of " << tile_rows << " rows, blocks capped at " << cap;
+      const auto whole = run(0);
+      for (int64_t cap : {int64_t(1), int64_t(3), int64_t(7)}) EXPECT_EQ(run(cap), whole) << "blocks capped at " << cap;
     }
   }
 }

@@ -54,8 +54,6 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);
-  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32)
-    return fmt::format("tiles of {} weight rows (0 for the kernel's choice, 16 or 32)", p.tile_rows);
   if (p.max_blocks < 0) return fmt::format("a cap of {} blocks (0 for none)", p.max_blocks);
   return "";
 }

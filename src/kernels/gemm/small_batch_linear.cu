@@ -15,8 +15,6 @@ constexpr int kWarps = 8;         // each takes a slice of K
 constexpr int kTileRows = 16;     // weight rows per block: the 16-row operand of mma.m16n8k16
 constexpr int kStepK = 32;        // K elements per warp step: one 16-byte load per thread and row
 constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 32 threads)
-// Weight rows per tile of the resident blocks (9 to 16 rows) unless a launch asks otherwise.
-constexpr int kResidentTileRows = 32;
 
 // 16 bytes of weights, read once and never written while the engine runs: the non-coherent path,
 // without L1 allocation, so the inputs (read by every block) stay there.
@@ -164,30 +162,28 @@ struct Tile {
   int64_t row0 = -1;  // its first weight row; -1: no tile
 };
 
-// kRows: the weight rows of a tile, 16 or (resident blocks) 32.
-template <int kWeights, int kRows = kTileRows>
+template <int kWeights>
 __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams& p, int64_t block) {
   Tile<kWeights> t;
 #pragma unroll
   for (int i = 0; i + kWeights <= SmallBatchLinearParams::kMaxOutputs; ++i) {
-    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kRows - 1) / kRows : 0;
+    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kTileRows - 1) / kTileRows : 0;
     if (t.row0 < 0 && block < tiles) {
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) t.weight[j] = static_cast<const uint16_t*>(p.outputs[i + j].weight);
       t.out = p.outputs[i].out;
       t.features = p.outputs[i].features;
-      t.row0 = block * kRows;
+      t.row0 = block * kTileRows;
     }
     block -= tiles;
   }
   return t;
 }
 
-// The block's sums of 16 weight rows from `row0` of a tile, added across its warps in warp order (a
-// fixed order: the result is deterministic), and written out with the epilogue's op. Every thread of
-// the block must call it.
+// The block's sums of one tile, added across its warps in warp order (a fixed order: the result is
+// deterministic), and written out with the epilogue's op. Every thread of the block must call it.
 template <int kWeights, int kInputTiles>
-__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile, int64_t row0,
+__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
                                            const float (&acc)[kWeights][kInputTiles][kFragment]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t N = tile.features;
@@ -204,7 +200,7 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
   // of the input tile.
   const int l = t / kFragment, i = t % kFragment;
   const int n_in_tile = l / 4 + (i >= 2 ? 8 : 0);
-  const int64_t n = row0 + n_in_tile;
+  const int64_t n = tile.row0 + n_in_tile;
   __shared__ float squares[kInputTiles * 8][kTileRows];  // out_sum_sq: [row][feature of the tile]
 #pragma unroll
   for (int c = 0; c < kInputTiles; ++c) {
@@ -240,7 +236,7 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
       float sq = 0.0f;
 #pragma unroll
       for (int f = 0; f < kTileRows; ++f) sq += squares[t][f];
-      p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
+      p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
     }
   }
 }
@@ -348,7 +344,7 @@ __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles >
         for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
   }
 
-  store_tile<kWeights, kInputTiles>(p, tile, tile.row0, acc);
+  store_tile<kWeights, kInputTiles>(p, tile, acc);
 }
 
 // From 9 rows (two input tiles) the blocks are resident: the grid holds no more than fit on the
@@ -358,37 +354,27 @@ __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles >
 // once per tile, and the kernel behind (launched early) does not take the slots of a second wave.
 // Up to 8 rows (three blocks to an SM for one weight) this form measured slower for lone weights, even
 // at one tile per block (docs/benchmarks/decode.md): the kernel above takes those rows.
-// kRowTiles: the 16-row weight operands of a tile, 1 or 2. With two (tiles of 32 weight rows) each
-// input fragment a thread loads feeds twice the mmas: the input loads per weight byte halve, and so
-// do the tile ends (the block's sums added up and stored). The weight bytes in flight per thread stay
-// 128 (half the steps). Each output's sum is the same either way.
-template <int kWeights, int kInputTiles, SmallBatchInput kInput, int kRowTiles = 1>
+template <int kWeights, int kInputTiles, SmallBatchInput kInput>
 __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
     resident_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
-  static_assert(kRowTiles == 1 || kRowTiles == 2, "tiles of 16 or 32 weight rows");
-  constexpr int kRows = kTileRows * kRowTiles;
-  constexpr int kLoadRows = 2 * kRowTiles;  // weight rows a thread loads per weight: g, g + 8, ...
-  // Steps whose loads are issued before their mmas: 8 weight loads of 16 bytes per thread.
-  constexpr int kUnroll = 8 / (kWeights * kLoadRows);
+  constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   // Only the tile's index stays live through the steps (the tile itself is found again to store it):
   // the registers go to the loads in flight.
   int64_t index = blockIdx.x;
-  if (find_tile<kWeights, kRows>(p, index).row0 < 0) return;
+  if (find_tile<kWeights>(p, index).row0 < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
 
-  // This thread's weight rows g, g + 8 (, g + 16, g + 24) per weight (rows past N read row N - 1;
-  // their sums are dropped) and its input row in each input tile (rows past M read as zeros).
-  const uint16_t* w_row[kWeights][kLoadRows];
+  // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
+  // and its input row in each input tile (rows past M read as zeros).
+  const uint16_t* w_row[kWeights][2];
   const auto find_rows = [&](const Tile<kWeights>& t) {
-    const int64_t N = t.features;
+    const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8, N = t.features;
 #pragma unroll
-    for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-      for (int r = 0; r < kLoadRows; ++r) {
-        const int64_t row = t.row0 + g + 8 * r;
-        w_row[j][r] = t.weight[j] + (row < N ? row : N - 1) * K;
-      }
+    for (int j = 0; j < kWeights; ++j) {
+      w_row[j][0] = t.weight[j] + (r0 < N ? r0 : N - 1) * K;
+      w_row[j][1] = t.weight[j] + (r1 < N ? r1 : N - 1) * K;
+    }
   };
   bool has_x[kInputTiles];
 #pragma unroll
@@ -398,21 +384,22 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   const int steps = (K + kStepK - 1) / kStepK;
   const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 w[kUnroll][kWeights][kLoadRows];
+  uint4 w[kUnroll][kWeights][2];
   const auto load_weights = [&](int s0, auto when) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
-      for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-        for (int r = 0; r < kLoadRows; ++r) w[u][j][r] = in ? load_weights16<decltype(when)>(w_row[j][r] + k) : zero;
+      for (int j = 0; j < kWeights; ++j) {
+        w[u][j][0] = in ? load_weights16<decltype(when)>(w_row[j][0] + k) : zero;
+        w[u][j][1] = in ? load_weights16<decltype(when)>(w_row[j][1] + k) : zero;
+      }
     }
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
   // this one may start while that one runs), so they are issued before the wait for its output x.
-  find_rows(find_tile<kWeights, kRows>(p, index));
+  find_rows(find_tile<kWeights>(p, index));
   load_weights(first, AheadOfWait{});
   wait_for_prior_grid();
   allow_dependent_grid();
@@ -427,7 +414,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
   }
   while (true) {
-    float acc[kRowTiles][kWeights][kInputTiles][kFragment] = {};
+    float acc[kWeights][kInputTiles][kFragment] = {};
     // The steps of the kernel above, in 32-bit arithmetic, written out again on purpose: both kernels'
     // steps in one function (templated on the index type, the accumulators and the weight loader passed
     // in) changed the one-tile kernels' machine code, in the prologue of the one-row, one-weight form
@@ -451,28 +438,16 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int r = 0; r < kRowTiles; ++r)
+        for (int j = 0; j < kWeights; ++j)
 #pragma unroll
-          for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-            for (int c = 0; c < kInputTiles; ++c)
-              mma_step(acc[r][j][c], w[u][j][2 * r], w[u][j][2 * r + 1], x[u][c]);
+          for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
     }
     const int64_t next = index + gridDim.x;
     if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
-      find_rows(find_tile<kWeights, kRows>(p, next));
+      find_rows(find_tile<kWeights>(p, next));
       load_weights(first, InStepLoop{});
     }
-    const Tile<kWeights> tile = find_tile<kWeights, kRows>(p, index);
-#pragma unroll
-    for (int r = 0; r < kRowTiles; ++r) {
-      const int64_t row0 = tile.row0 + kTileRows * r;
-      if (r > 0) {
-        if (row0 >= tile.features) break;  // the same for the whole block
-        __syncthreads();                   // store_tile's shared memory is free for the next 16 rows
-      }
-      store_tile<kWeights, kInputTiles>(p, tile, row0, acc[r]);
-    }
+    store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
     if (next >= tiles) break;
     __syncthreads();  // store_tile's shared memory is free for the next tile
     index = next;
@@ -482,10 +457,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
-Kernel pick_tiles(bool two_tiles, bool narrow, bool wide_tiles) {
-  if (two_tiles)
-    return wide_tiles ? resident_small_batch_linear_kernel<kWeights, 2, kInput, 2>
-                      : resident_small_batch_linear_kernel<kWeights, 2, kInput, 1>;
+Kernel pick_tiles(bool two_tiles, bool narrow) {
+  if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput>;
   if constexpr (kWeights == 1)
     if (narrow) return small_batch_linear_kernel<1, 1, kInput, true>;
   return small_batch_linear_kernel<kWeights, 1, kInput>;
@@ -493,14 +466,14 @@ Kernel pick_tiles(bool two_tiles, bool narrow, bool wide_tiles) {
 
 // The SwiGLU pair takes a plain or RMS-normed input (the MLP's); one weight takes any.
 template <int kWeights>
-Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow, bool wide_tiles) {
-  using In = SmallBatchInput;
-  if (input == In::rms_norm) return pick_tiles<kWeights, In::rms_norm>(two_tiles, narrow, wide_tiles);
+Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow) {
+  if (input == SmallBatchInput::rms_norm) return pick_tiles<kWeights, SmallBatchInput::rms_norm>(two_tiles, narrow);
   if constexpr (kWeights == 1) {
-    if (input == In::gated_rms_norm) return pick_tiles<1, In::gated_rms_norm>(two_tiles, narrow, wide_tiles);
-    if (input == In::sigmoid_gate) return pick_tiles<1, In::sigmoid_gate>(two_tiles, narrow, wide_tiles);
+    if (input == SmallBatchInput::gated_rms_norm)
+      return pick_tiles<1, SmallBatchInput::gated_rms_norm>(two_tiles, narrow);
+    if (input == SmallBatchInput::sigmoid_gate) return pick_tiles<1, SmallBatchInput::sigmoid_gate>(two_tiles, narrow);
   }
-  return pick_tiles<kWeights, In::plain>(two_tiles, narrow, wide_tiles);
+  return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles, narrow);
 }
 
 // Static and dynamic shared memory together may pass 48 KB only where the kernel allows it: raised
@@ -545,14 +518,11 @@ cudaError_t resident_blocks(Kernel kernel, size_t smem, int64_t& blocks) {
 
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
   if (!small_batch_linear_error(p).empty()) return cudaErrorInvalidValue;
-  // Tiles: one per 16 rows of each output (of the pair, for swiglu), or per 32 where the blocks are
-  // resident and take them (kResidentTileRows).
-  const bool two_tiles = p.rows > 8;
-  const bool wide_tiles = two_tiles && (p.tile_rows == 0 ? kResidentTileRows : p.tile_rows) == 32;
-  const int64_t tile_rows = wide_tiles ? 2 * kTileRows : kTileRows;
+  // Tiles: one per 16 rows of each output (of the pair, for swiglu).
   const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
   int64_t tiles = 0;
-  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + tile_rows - 1) / tile_rows;
+  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
+  const bool two_tiles = p.rows > 8;
   const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
@@ -562,9 +532,8 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
-  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu
-                            ? pick_kernel<2>(p.input, two_tiles, narrow, wide_tiles)
-                            : pick_kernel<1>(p.input, two_tiles, narrow, wide_tiles);
+  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
+                                                                  : pick_kernel<1>(p.input, two_tiles, narrow);
   if (smem > 0) {
     const cudaError_t e = allow_staging(kernel);
     if (e != cudaSuccess) return e;

@@ -6,8 +6,7 @@
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
-// resident and take tile after tile (of 32 weight rows, two such operands sharing each input load),
-// each tile's first weights loaded while the one before is stored.
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
@@ -79,10 +78,6 @@ struct SmallBatchLinearParams {
   // of at most 192 tiles over a K of at most 4,096, else 4). The same bits either way: a bench's way
   // to compare the two on any layer.
   int steps_in_flight = 0;
-
-  // Weight rows per tile where the blocks are resident (9 to 16 rows): 16 or 32, or 0 for the
-  // kernel's choice. The same bits either way: a bench's way to compare the two on any layer.
-  int tile_rows = 0;
 
   // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
   // at once). Each takes every gridDim-th tile of 16 rows, so a small cap gives each block many (a
