@@ -45,7 +45,7 @@ record_gpu_state() {
   local file=$1 query
   for query in uuid,pci.bus_id clocks.max.memory,power.limit,temperature.gpu clocks_event_reasons.active \
                ecc.errors.uncorrected.volatile.total; do
-    nvidia-smi --query-gpu="$query" --format=csv,noheader >>"$file" 2>&1 || true
+    nvidia-smi --query-gpu="$query" --format=csv >>"$file" 2>&1 || true  # the header names the fields
   done
   echo "other processes on the GPU: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)" >>"$file"
 }
