@@ -657,17 +657,12 @@ std::vector<Tensor> CudaOps::linear_projections(const ProjectionInput& in,
 ProjectionInput CudaOps::fusable(const ProjectionInput& in) {
   if (in.op == ProjectionInput::Op::none) return in;
   // Every block of the projection applies the op to all the rows it reads. For one or two rows that
-  // costs less than a kernel of its own; up to 8 rows, a block per tile, it costs the step more than
-  // it saves, the GDN output norm (an exp per element) most. From 9 rows the blocks are resident and
-  // stage the rows once each: the RMS norm (a multiply per element, from the sums of squares the
-  // residual projection left) then goes with them (docs/benchmarks/decode.md).
+  // costs less than a kernel of its own; from 8 rows it costs the step more than it saves, the GDN
+  // output norm (an exp per element) most (docs/benchmarks/decode.md).
   constexpr int64_t kFusedInputMaxRows = 2;
-  using Params = kernels::SmallBatchLinearParams;
   const int64_t K = in.x.dim(-1), rows = in.x.numel() / K;
-  const bool resident = rows > Params::kMaxOneTileRows && rows <= Params::kMaxRows;
-  const bool fused = rows <= kFusedInputMaxRows || (resident && in.op == ProjectionInput::Op::rms_norm);
-  Params staged{.rows = rows, .in_features = K, .input = kernels::SmallBatchInput::sigmoid_gate};
-  if (!fused || kernels::small_batch_staging_bytes(staged) > kernels::kMaxSmallBatchStagingBytes)
+  kernels::SmallBatchLinearParams staged{.rows = rows, .in_features = K, .input = kernels::SmallBatchInput::sigmoid_gate};
+  if (rows > kFusedInputMaxRows || kernels::small_batch_staging_bytes(staged) > kernels::kMaxSmallBatchStagingBytes)
     return materialise(in);
   if (in.op != ProjectionInput::Op::rms_norm) return in;
   const bool sums_known = residual_sum_sq_ && residual_sum_sq_->x.data() == in.x.data() &&

@@ -522,7 +522,7 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
   int64_t tiles = 0;
   for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
-  const bool two_tiles = p.rows > SmallBatchLinearParams::kMaxOneTileRows;
+  const bool two_tiles = p.rows > 8;
   const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;

@@ -43,7 +43,6 @@ enum class SmallBatchInput {
 
 struct SmallBatchLinearParams {
   static constexpr int kMaxRows = 16;
-  static constexpr int kMaxOneTileRows = 8;  // a block per tile; from 9 rows the blocks are resident
   static constexpr int kMaxOutputs = 4;
   static constexpr int kMaxNormScales = 1024;  // rows x groups of gated_rms_norm
   struct Output {
