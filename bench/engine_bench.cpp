@@ -41,7 +41,10 @@ std::vector<int32_t> random_tokens(int64_t n, std::mt19937_64& rng) {
 }
 
 // One forward step over fresh prompts of `len` tokens for `seqs` sequences; returns seconds.
-double prefill_once(const Qwen35Model& model, CudaOps& ops, int64_t len, int64_t seqs, std::mt19937_64& rng) {
+// One prefill step of `seqs` fresh prompts of `len` tokens; its seconds. `profiled`: between
+// cudaProfilerStart and Stop.
+double prefill_once(const Qwen35Model& model, CudaOps& ops, int64_t len, int64_t seqs, std::mt19937_64& rng,
+                    bool profiled = false) {
   BatchPlan plan;
   std::vector<int64_t> rows;
   std::vector<int> slots;
@@ -54,12 +57,22 @@ double prefill_once(const Qwen35Model& model, CudaOps& ops, int64_t len, int64_t
     rows.push_back(plan.n_tokens() - 1);
   }
   DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
+  if (profiled) DI_CUDA_CHECK(cudaProfilerStart());
   const auto t0 = Clock::now();
   Tensor logits = model.forward(plan, rows, ops);
   DI_CUDA_CHECK(cudaStreamSynchronize(ops.stream()));
   const double s = seconds_since(t0);
+  if (profiled) DI_CUDA_CHECK(cudaProfilerStop());
   for (int slot : slots) ops.free_slot(slot);
   return s;
+}
+
+// LENxSEQS: SEQS prompts of LEN tokens.
+std::pair<int64_t, int64_t> prefill_shape(const char* option, const std::string& shape) {
+  long long len = 0, seqs = 0;
+  if (std::sscanf(shape.c_str(), "%lldx%lld", &len, &seqs) != 2 || len < 1 || seqs < 1 || seqs > 64)
+    fail("{} {}: expected LENxSEQS with LEN >= 1 and 1 <= SEQS <= 64", option, shape);
+  return {len, seqs};
 }
 
 double median(std::vector<double> v) {
@@ -210,6 +223,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> prefill_shapes{"128x8", "2048x1", "8192x1", "32768x1"};
   std::vector<int64_t> decode_batches{1, 8, 16, 64};
   int64_t profile_batch = 0;
+  std::string profile_prefill;
   bool skip_prefill = false;
   app.add_option("--model", model_dir, "model directory")->required();
   app.add_option("--json", json_out, "write the report here");
@@ -226,6 +240,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile-step", profile_batch,
                  "run one eager decode step of this batch size between cudaProfilerStart and Stop, then exit")
       ->check(CLI::Range(1, 64));
+  app.add_option("--profile-prefill", profile_prefill,
+                 "run one prefill step of this shape, LENxSEQS, between cudaProfilerStart and Stop (after one "
+                 "unprofiled), then exit");
   CLI11_PARSE(app, argc, argv);
   try {
     if (cuda::device_count() == 0) fail("no CUDA device visible");
@@ -258,6 +275,14 @@ int main(int argc, char** argv) {
       profile_one_step(model, ops, profile_batch, rng);
       return 0;
     }
+    if (!profile_prefill.empty()) {
+      const auto [len, seqs] = prefill_shape("--profile-prefill", profile_prefill);
+      prefill_once(model, ops, len, seqs, rng);  // GEMM plans, pool growth
+      const double s = prefill_once(model, ops, len, seqs, rng, /*profiled=*/true);
+      std::printf("profiled one prefill step of %lldx%lld (%.2f ms under the profiler)\n", (long long)len,
+                  (long long)seqs, 1e3 * s);
+      return 0;
+    }
 
     size_t weight_bytes = 0;
     int64_t params = m.weights.parameter_count;
@@ -274,10 +299,7 @@ int main(int argc, char** argv) {
     std::printf("\n%-12s %12s %10s %8s\n", "prefill", "tokens/s", "ms", "MFU");
     for (const std::string& shape : prefill_shapes) {
       if (skip_prefill) break;
-      int64_t len = 0, seqs = 0;
-      if (std::sscanf(shape.c_str(), "%lldx%lld", reinterpret_cast<long long*>(&len),
-                      reinterpret_cast<long long*>(&seqs)) != 2 || len < 1 || seqs < 1 || seqs > 64)
-        fail("--prefill {}: expected LENxSEQS with LEN >= 1 and 1 <= SEQS <= 64", shape);
+      const auto [len, seqs] = prefill_shape("--prefill", shape);
       std::vector<double> runs;
       prefill_once(model, ops, len, seqs, rng);  // warm-up: GEMM plans, pool growth
       for (int r = 0; r < 3; ++r) runs.push_back(prefill_once(model, ops, len, seqs, rng));
