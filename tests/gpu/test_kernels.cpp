@@ -188,6 +188,33 @@ TEST_F(KernelTest, ElementwiseOpsMatchReference) {
   }
 }
 
+// The element-wise kernels take 16-byte vectors where every pointer is 16-byte aligned, one element at
+// a time otherwise: both forms give the same bits, over lengths with and without a last partial vector.
+TEST_F(KernelTest, ElementwiseVectorAndScalarFormsKeepTheBits) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  using Launch = cudaError_t (*)(const void*, const void*, int64_t, void*, cudaStream_t);
+  const std::pair<const char*, Launch> ops[] = {
+      {"add", kernels::launch_add}, {"swiglu", kernels::launch_swiglu}, {"sigmoid_gate", kernels::launch_sigmoid_gate}};
+  for (int64_t n : {int64_t(8), int64_t(1003), int64_t(300007)}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    // Each operand twice: at the start of its buffer (16-byte aligned) and one element in (2 bytes off).
+    auto a = random_bf16_values(size_t(n + 1), rng_, 4.0f), b = random_bf16_values(size_t(n + 1), rng_, 4.0f);
+    auto da = device_bf16(a), db = device_bf16(b);
+    a.erase(a.begin()), b.erase(b.begin());
+    auto da_aligned = device_bf16(a), db_aligned = device_bf16(b);
+    for (const auto& [name, launch] : ops) {
+      SCOPED_TRACE(name);
+      auto vectors = poisoned_bf16(size_t(n)), scalars = poisoned_bf16(size_t(n + 1));
+      ASSERT_EQ(launch(da_aligned.data(), db_aligned.data(), n, vectors.data(), stream_), cudaSuccess);
+      ASSERT_EQ(launch(da.data() + 1, db.data() + 1, n, scalars.data() + 1, stream_), cudaSuccess);
+      sync();
+      std::vector<uint16_t> got = scalars.download();
+      got.erase(got.begin());
+      EXPECT_TRUE(vectors.download() == got) << "the vector and scalar forms differ";
+    }
+  }
+}
+
 TEST_F(KernelTest, GatherAndSplitCopyExactly) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t vocab = 1001, width = 72, heads = 3, head_dim = 24;
@@ -739,18 +766,32 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
 
 // Sequences of a batch as (n_tokens, slot) with the conv state carried in a pool of slots; then a
 // decode step (one token each, the fused form).
-class ConvTest : public KernelTest, public ::testing::WithParamInterface<bool> {};
+class ConvTest : public KernelTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void conv_matches_reference(int32_t channels);
+};
 
+// Channel counts: odd (the scalar prefill kernel, partial channel blocks) and a multiple of 8 (the
+// vector prefill kernel, 16-byte rows), whose output is also checked bit for bit against the scalar
+// kernel's on the same inputs placed 2 bytes off (which the vector kernel refuses).
 TEST_P(ConvTest, ConvSiluWithStateMatchesReference) {
+  for (const int32_t C : {6144 + 7, 6144 + 8}) {
+    SCOPED_TRACE("channels " + std::to_string(C));
+    conv_matches_reference(C);
+  }
+}
+
+void ConvTest::conv_matches_reference(int32_t C) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const bool one_token_each = GetParam();
-  const int32_t C = 6144 + 7, K = 4, slots = 5;  // an odd channel count: partial channel blocks
+  const int32_t K = 4, slots = 5;
   const std::vector<int64_t> lengths = one_token_each ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{1, 65, 2, 3, 130};
   const std::vector<int32_t> slot_of = one_token_each ? std::vector<int32_t>{3, 0, 4, 2} : std::vector<int32_t>{3, 0, 4, 1, 2};
   const int64_t N = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
   const auto x = random_bf16_values(size_t(N * C), rng_, 2.0f);
   const auto w = random_bf16_values(size_t(C * K), rng_, 0.5f);
   auto state = random_bf16_values(size_t(slots * C * K), rng_, 2.0f);
+  const auto state_before = state;  // the reference steps `state` on
   std::vector<int32_t> cu = {0}, token_seq;
   for (size_t s = 0; s < lengths.size(); ++s) {
     cu.push_back(cu.back() + int32_t(lengths[s]));
@@ -775,6 +816,20 @@ TEST_P(ConvTest, ConvSiluWithStateMatchesReference) {
                             Precision::bf16);
   EXPECT_TRUE(all_close(host_floats(out), expected, kBf16RoundingFlips, "conv1d + silu"));
   EXPECT_TRUE(all_close(host_floats(dstate), state, kExactF32, "conv state after the step"));
+  if (!one_token_each && C % 8 == 0) {  // the scalar kernel on the same inputs, 2 bytes off
+    std::vector<float> x_off(x.size() + 1, 0.0f);
+    std::copy(x.begin(), x.end(), x_off.begin() + 1);
+    auto dx_off = device_bf16(x_off), dstate_again = device_bf16(state_before);
+    auto out_off = poisoned_bf16(size_t(N * C) + 1);
+    gdn::ConvParams q = p;
+    q.x = dx_off.data() + 1, q.out = out_off.data() + 1, q.conv_state = dstate_again.data();
+    ASSERT_EQ(gdn::launch_conv1d_silu(q, stream_), cudaSuccess);
+    sync();
+    std::vector<uint16_t> scalar = out_off.download();
+    scalar.erase(scalar.begin());
+    EXPECT_TRUE(out.download() == scalar) << "the vector kernel's output differs from the scalar kernel's";
+    EXPECT_TRUE(dstate_again.download() == dstate.download()) << "the states differ";
+  }
   if (one_token_each) {  // the flag promises one token per sequence: a plan that breaks it is refused
     p.tokens = N + 1;
     EXPECT_EQ(gdn::launch_conv1d_silu(p, stream_), cudaErrorInvalidValue);

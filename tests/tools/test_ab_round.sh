@@ -11,8 +11,8 @@ source "$(dirname "$0")/check.sh"
 # A decode round: two runs a side (the files hold both, as A B B A appends them).
 d=$work/decode
 for side in A B; do
-  a=10.0 b=20.0 step=3.100 tok=3000.0
-  [ $side = B ] && a=9.0 b=22.0 step=3.000 tok=3100.0
+  a=10.0 b=20.0 step=3.100 tok=3000.0 prefill=127.28
+  [ $side = B ] && a=9.0 b=22.0 step=3.000 tok=3100.0 prefill=120.00
   for run in 1 2; do
     cat >>"$d/linear-$side.txt" <<T
 | layer | M | weight MB | small-batch us | TB/s | of 4.3 | cuBLASLt us | TB/s | of 4.3 | speed-up |
@@ -21,6 +21,9 @@ for side in A B; do
 | gdn out_proj (GDN output norm fused) | 1 | 21.0 | $b | 1.69 | 39.3% | 19.59 | 1.07 | 24.9% | 1.58x |
 T
     cat >>"$d/engine-$side.txt" <<T
+prefill          tokens/s         ms      MFU
+ 1024x8             64360     $prefill    69.1%
+
 decode   mode        tokens/s    ms/step   of the floor
 1        graph          327.9      $step          64.1%
 16       eager         4209.8      3.801          51.5%
@@ -36,6 +39,7 @@ check "a layer's mean, A against B" "| mlp down, 1 rows | 10.000 (2) | 9.000 (2)
 check "a second layer" "| gdn out_proj (GDN output norm fused), 1 rows | 20.000 (2) | 22.000 (2) | 1.100 |" "$out"
 check "a decode step" "| graph batch 1 | 3.100 (2) | 3.000 (2) | 0.968 |" "$out"
 check "bench-offline" "| concurrency 16 | 3000.000 (2) | 3100.000 (2) | 1.033 |" "$out"
+check "a prefill step, where the round timed one" "| prefill 1024x8 | 127.280 (2) | 120.000 (2) | 0.943 |" "$out"
 
 # A GDN round, with a timeline.
 g=$work/gdn

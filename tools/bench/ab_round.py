@@ -47,7 +47,12 @@ DECODE_MEASURES = {
                        lambda m: f"{m[2]} batch {m[1]}", 3, "ms", "decode step, batch"),
     "offline_output_tok_s": ("offline", r"output tokens/s ([\d.]+).*\[concurrency (\d+)\]",
                              lambda m: f"concurrency {m[2]}", 1, "output tok/s", "bench-offline"),
+    # di_engine_bench's prefill lines: "LENxSEQS tok/s ms MFU%", where the round ran prefill shapes.
+    "prefill_ms": ("engine", r"^\s*(\d+x\d+)\s+\d+\s+([\d.]+)\s+[\d.]+%", lambda m: f"prefill {m[1]}", 2, "ms",
+                   "prefill step"),
 }
+# Measures a round makes only when asked (decode_ab_round.sh --prefill).
+OPTIONAL_MEASURES = {"prefill_ms"}
 GDN_MEASURES = {
     "median_ms": ("bench", r"^(\S+)\s+(\d+/\d+)\s+(\d+x\d+)\s+([\d.]+)\s", lambda m: f"{m[2]} {m[3]}", 4, "ms",
                   "heads shape"),
@@ -62,7 +67,7 @@ def read_runs(kind, log_dir):
         for measure, (stem, pattern, key, value, _, _) in measures.items():
             runs[side][measure] = dict(_collect(log_dir / f"{stem}-{side}.txt", pattern, key, value))
     for measure, (stem, *_rest) in measures.items():
-        if not runs["A"][measure]:
+        if not runs["A"][measure] and measure not in OPTIONAL_MEASURES:
             raise RoundError(f"{log_dir / (stem + '-A.txt')}: no {measure} runs (the round did not reach them)")
     return runs, measures
 
@@ -71,6 +76,8 @@ def means_tables(kind, log_dir):
     runs, measures = read_runs(kind, log_dir)
     lines = []
     for measure, (_, _, _, _, unit, title) in measures.items():
+        if not runs["A"][measure]:
+            continue  # an optional measure the round did not make
         if kind == "gdn":
             lines += ["", f"| heads | shape | A {unit} | B {unit} | B / A |", "|---|---|---|---|---|"]
         else:

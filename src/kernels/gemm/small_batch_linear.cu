@@ -108,14 +108,6 @@ __device__ __forceinline__ void input_scales(const SmallBatchLinearParams& p, fl
   __syncthreads();
 }
 
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
-}
-__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
-}
 __device__ __forceinline__ void load_f32x8(const float* p, float (&f)[8]) {
   const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
@@ -130,14 +122,14 @@ __device__ __forceinline__ uint4 load_input(const SmallBatchLinearParams& p, int
   const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) + at);
   if constexpr (kInput == SmallBatchInput::plain) return raw;
   float x[8], w[8], g[8];
-  unpack8(raw, x);
+  unpack_bf16x8(raw, x);
   if constexpr (kInput == SmallBatchInput::rms_norm) {
     load_f32x8(p.norm_weight + k, w);
     const float s = scale[m];
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = rms_normed(x[i], s, w[i]);
   } else {
-    unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.gate) + at), g);
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.gate) + at), g);
     if constexpr (kInput == SmallBatchInput::gated_rms_norm) {
       load_f32x8(p.norm_weight + k % p.group, w);  // group % 8 == 0: the 8 are in one group
       const float s = scale[m * (p.in_features / p.group) + k / p.group];
@@ -148,7 +140,7 @@ __device__ __forceinline__ uint4 load_input(const SmallBatchLinearParams& p, int
       for (int i = 0; i < 8; ++i) x[i] = x[i] * round_bf16(sigmoid(g[i]));
     }
   }
-  return pack8(x);
+  return pack_bf16x8(x);
 }
 
 // The block's 16 rows: which output, its weights (two for swiglu: the gate's and the up
