@@ -45,33 +45,25 @@ __global__ void conv1d_silu_kernel(ConvParams p) {
 }
 
 // The prefill conv in vectors, for kK taps where the rows allow 16-byte access (C % 8 == 0; x, out
-// and the taps 16-byte aligned): grid (N, channel blocks), a thread per token and 8 adjacent
-// channels, each of its kK inputs one 16-byte load (those before the sequence's piece from the
-// state), its output one 16-byte store. The scalar kernel above moves 64 bytes a warp instruction and
-// ran at an eighth of the bandwidth. Each output's sum is that kernel's, in its order: the same bits.
+// and the taps 16-byte aligned): grid (runs of kConvRun tokens, channel blocks); a thread takes 8
+// adjacent channels of a run. Its taps are loaded once for the run, its tokens' inputs all issued at
+// once (16 bytes each), and the window of each output's kK inputs slides along the run (rebuilt where
+// a sequence starts), each output stored in 16 bytes. The scalar kernel above moves 64 bytes a warp
+// instruction and reads every input and tap again for each token: it ran at an eighth of the
+// bandwidth. Each output's sum is that kernel's, in its order: the same bits.
+constexpr int kConvRun = 8;
 template <int kK>
 __global__ void conv1d_silu_vector_kernel(ConvParams p) {
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
-  const int64_t t = blockIdx.x;
   const int32_t c0 = 8 * thread_channel();
   if (c0 >= p.channels) return;
-  const int32_t s = p.token_seq[t];
-  const int64_t first = p.cu_seqlens[s], i = t - first;
-  const bf16* const state = sequence_conv_state(p, s);
-  // ctx[j][v]: input i + 1 + j of channel c0 + v (j = kK - 1 is the token's own).
-  float ctx[kK][8];
+  const bf16* const x = static_cast<const bf16*>(p.x);
+  const int64_t t0 = int64_t(blockIdx.x) * kConvRun;
+  uint4 inputs[kConvRun];
 #pragma unroll
-  for (int j = 0; j < kK; ++j) {
-    const int64_t m = i + 1 + j;  // index in [state (kK) | x of the piece]
-    if (m >= kK) {
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) + (first + m - kK) * p.channels + c0),
-                    ctx[j]);
-    } else {
-#pragma unroll
-      for (int v = 0; v < 8; ++v) ctx[j][v] = to_f32(state[int64_t(c0 + v) * kK + m]);
-    }
-  }
+  for (int r = 0; r < kConvRun; ++r)
+    inputs[r] = t0 + r < p.tokens ? *reinterpret_cast<const uint4*>(x + (t0 + r) * p.channels + c0) : uint4{};
   // The taps of the 8 channels: [c][j], 8 kK consecutive floats.
   float w[8][kK];
   const float4* taps = reinterpret_cast<const float4*>(p.weight + int64_t(c0) * kK);
@@ -82,15 +74,45 @@ __global__ void conv1d_silu_vector_kernel(ConvParams p) {
     w[e / kK][e % kK] = f.x, w[(e + 1) / kK][(e + 1) % kK] = f.y;
     w[(e + 2) / kK][(e + 2) % kK] = f.z, w[(e + 3) / kK][(e + 3) % kK] = f.w;
   }
-  float y[8];
+  // ctx[j][v]: input i + 1 + j of channel c0 + v for the token's output i (j = kK - 1 is its own).
+  float ctx[kK][8];
+  int32_t s = -1;
 #pragma unroll
-  for (int v = 0; v < 8; ++v) {
-    float acc = 0.0f;
+  for (int r = 0; r < kConvRun; ++r) {
+    const int64_t t = t0 + r;
+    if (t >= p.tokens) break;
+    const int32_t seq = p.token_seq[t];
+    if (seq != s) {  // the run's first token, or its sequence's: the window from the state and x
+      s = seq;
+      const int64_t first = p.cu_seqlens[s], i = t - first;
+      const bf16* const state = sequence_conv_state(p, s);
 #pragma unroll
-    for (int j = 0; j < kK; ++j) acc += w[v][j] * ctx[j][v];
-    y[v] = kernels::silu(round_bf16(acc));
+      for (int j = 0; j + 1 < kK; ++j) {
+        const int64_t m = i + 1 + j;  // index in [state (kK) | x of the piece]
+        if (m >= kK) {
+          unpack_bf16x8(*reinterpret_cast<const uint4*>(x + (first + m - kK) * p.channels + c0), ctx[j]);
+        } else {
+#pragma unroll
+          for (int v = 0; v < 8; ++v) ctx[j][v] = to_f32(state[int64_t(c0 + v) * kK + m]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j + 1 < kK; ++j)
+#pragma unroll
+        for (int v = 0; v < 8; ++v) ctx[j][v] = ctx[j + 1][v];
+    }
+    unpack_bf16x8(inputs[r], ctx[kK - 1]);
+    float y[8];
+#pragma unroll
+    for (int v = 0; v < 8; ++v) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kK; ++j) acc += w[v][j] * ctx[j][v];
+      y[v] = kernels::silu(round_bf16(acc));
+    }
+    *reinterpret_cast<uint4*>(static_cast<bf16*>(p.out) + t * p.channels + c0) = kernels::pack_bf16x8(y);
   }
-  *reinterpret_cast<uint4*>(static_cast<bf16*>(p.out) + t * p.channels + c0) = kernels::pack_bf16x8(y);
 }
 
 // grid (num_seqs, channel blocks): the state becomes ctx[n .. n + K - 1]. Each thread reads all K
@@ -151,27 +173,39 @@ __global__ void conv1d_silu_one_token_kernel(ConvParams p) {
 }
 
 // One block per token, one warp per head: q and k rows L2-normalised (x / sqrt(sum x^2 + 1e-6)) or
-// copied raw, v copied, gates computed by the first Hv threads.
+// copied raw, v copied, gates computed by the first Hv threads. In 16-byte vectors (the launch
+// requires dims that are multiples of 8 and 16-byte aligned rows): lane l takes elements
+// [8l, 8l + 8) of each 256 of a head, so a 128-wide head is half a warp's load. The sum of squares
+// is each lane's 8 in order, then the warp's butterfly.
 __global__ void prefill_inputs_kernel(PrefillInputParams p) {
   const int64_t t = blockIdx.x;
   const int64_t qk_width = int64_t(p.num_k_heads) * p.k_dim, v_width = int64_t(p.num_v_heads) * p.v_dim;
   const bf16* row = static_cast<const bf16*>(p.qkv) + t * (2 * qk_width + v_width);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int head = warp; head < 2 * p.num_k_heads; head += warps) {  // heads of q, then of k
-    const bf16* src = row + int64_t(head) * p.k_dim;
+    const uint4* src = reinterpret_cast<const uint4*>(row + int64_t(head) * p.k_dim);
     float sum = 0.0f;
-    for (int i = lane; i < p.k_dim && p.normalize_qk; i += 32) {
-      const float x = to_f32(src[i]);
-      sum += x * x;
+    for (int i = lane; i < p.k_dim / 8 && p.normalize_qk; i += 32) {
+      float x[8];
+      unpack_bf16x8(src[i], x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum += x[e] * x[e];
     }
     const float inv = p.normalize_qk ? 1.0f / sqrtf(kernels::warp_sum(sum) + 1e-6f) : 1.0f;
     const bool is_q = head < p.num_k_heads;
-    bf16* dst = static_cast<bf16*>(is_q ? p.q : p.k) + t * qk_width + int64_t(is_q ? head : head - p.num_k_heads) * p.k_dim;
-    for (int i = lane; i < p.k_dim; i += 32) dst[i] = to_bf16(to_f32(src[i]) * inv);
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<bf16*>(is_q ? p.q : p.k) + t * qk_width +
+                                          int64_t(is_q ? head : head - p.num_k_heads) * p.k_dim);
+    for (int i = lane; i < p.k_dim / 8; i += 32) {
+      float x[8];
+      unpack_bf16x8(src[i], x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] *= inv;
+      dst[i] = kernels::pack_bf16x8(x);
+    }
   }
-  const bf16* v_src = row + 2 * qk_width;
-  bf16* v_dst = static_cast<bf16*>(p.v) + t * v_width;
-  for (int64_t i = threadIdx.x; i < v_width; i += blockDim.x) v_dst[i] = v_src[i];
+  const uint4* v_src = reinterpret_cast<const uint4*>(row + 2 * qk_width);
+  uint4* v_dst = reinterpret_cast<uint4*>(static_cast<bf16*>(p.v) + t * v_width);
+  for (int64_t i = threadIdx.x; i < v_width / 8; i += blockDim.x) v_dst[i] = v_src[i];
   for (int h = threadIdx.x; h < p.num_v_heads; h += blockDim.x) {
     const float a = to_f32(static_cast<const bf16*>(p.a)[t * p.num_v_heads + h]);
     const float b = to_f32(static_cast<const bf16*>(p.b)[t * p.num_v_heads + h]);
@@ -202,7 +236,7 @@ cudaError_t launch_conv1d_silu(const ConvParams& p, cudaStream_t stream) {
   if (p.tokens > 0) {
     const cudaError_t e =
         vectors ? kernels::launch_early(conv1d_silu_vector_kernel<kVectorTaps>,
-                                        dim3(unsigned(p.tokens), kernels::ceil_div(p.channels / 8, 256)),
+                                        dim3(kernels::ceil_div(p.tokens, kConvRun), kernels::ceil_div(p.channels / 8, 256)),
                                         dim3(256), 0, stream, p)
                 : kernels::launch_early(conv1d_silu_kernel, dim3(unsigned(p.tokens), channel_blocks), dim3(256), 0,
                                         stream, p);
@@ -217,6 +251,10 @@ cudaError_t launch_conv1d_silu(const ConvParams& p, cudaStream_t stream) {
 cudaError_t launch_prefill_inputs(const PrefillInputParams& p, cudaStream_t stream) {
   if (p.tokens < 0 || p.num_k_heads <= 0 || p.num_v_heads <= 0 || p.k_dim <= 0 || p.v_dim <= 0 || !p.qkv || !p.a ||
       !p.b || !p.A_log || !p.dt_bias || !p.q || !p.k || !p.v || !p.g || !p.beta)
+    return cudaErrorInvalidValue;
+  // 16-byte vectors (every Qwen3.5 head dim is 128).
+  if (p.k_dim % 8 != 0 || p.v_dim % 8 != 0 || !aligned16(p.qkv) || !aligned16(p.q) || !aligned16(p.k) ||
+      !aligned16(p.v))
     return cudaErrorInvalidValue;
   if (p.tokens == 0) return cudaSuccess;
   prefill_inputs_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);

@@ -30,6 +30,7 @@ struct ConvParams {
 // then each sequence's state becomes the K newest inputs of its ctx.
 cudaError_t launch_conv1d_silu(const ConvParams& p, cudaStream_t stream);
 
+// Head dims multiples of 8 and every pointer 16-byte aligned (the kernel moves 16-byte vectors).
 struct PrefillInputParams {
   const void* qkv;       // bf16 [N, 2*Hk*dk + Hv*dv] conv output [Q | K | V]
   const void* a;         // bf16 [N, Hv]

@@ -16,7 +16,7 @@ struct RopeParams {
   void* x2 = nullptr;       // bf16 [tokens, heads2, head_dim]
   int64_t heads2 = 0;
   int64_t head_dim = 0;
-  int64_t rotary_dim = 0;   // the first rotary_dim dims of each head rotate; even, <= head_dim
+  int64_t rotary_dim = 0;   // the first rotary_dim dims of each head rotate; even, <= head_dim, <= 8192
   float theta = 10000.0f;
 };
 cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream);
