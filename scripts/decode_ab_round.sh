@@ -7,15 +7,16 @@
 #   FILTER, then interleaved A B B A: the decode-sized linear layers (di_linear_bench --fused-input, 1,
 #   8 and 16 rows: at one row with the op ahead fused, as a decode step runs them), the decode steps (di_engine_bench --skip-prefill: graphed and eager at batch 1, 8, 16, 64)
 #   and bench-offline (1024 tokens in, 256 out) at each of the --offline concurrencies; with --prefill
-#   "1024x8 2048x1", di_engine_bench also times those prefill steps (LENxSEQS). B's runs are
+#   "1024x8 2048x1", di_engine_bench also times those prefill steps (LENxSEQS), and with --context N
+#   its decode steps follow N tokens of prompt (128 without). B's runs are
 #   skipped when its tests fail. --census "1 16": Nsight Compute's census of one decode step of each
 #   side per batch size (scripts/profile_decode.sh), B's kernels set against A's. Logs in LOG_DIR; a
 #   table of the means, A against B, last.
 # usage: DI_SOURCE_COMMIT=<sha> scripts/decode_ab_round.sh --a-overlay DIR [--tests FILTER]
-#          [--offline "16"] [--census "1 16"] [--prefill "1024x8"] LOG_DIR
+#          [--offline "16"] [--census "1 16"] [--prefill "1024x8"] [--context 1024] LOG_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
-overlay="" filter='*SmallBatch*:GpuModel.*:*EngineGpu*' offline="16" census="" prefill="" logs=""
+overlay="" filter='*SmallBatch*:GpuModel.*:*EngineGpu*' offline="16" census="" prefill="" context=128 logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --a-overlay) overlay=$2; shift 2 ;;
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
     --offline) offline=$2; shift 2 ;;
     --census) census=$2; shift 2 ;;
     --prefill) prefill=$2; shift 2 ;;
+    --context) context=$2; shift 2 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) logs=$1; shift ;;
   esac
@@ -61,7 +63,8 @@ for side in $order; do
   timeout 300 "$build/bench/di_linear_bench" --rows 1 8 16 --fused-input >>"$logs/linear-$side.txt" 2>&1 || echo "linear $side: rc $?"
   prefill_args=(--skip-prefill)
   [ -n "$prefill" ] && prefill_args=(--prefill $prefill)
-  timeout 300 "$build/bench/di_engine_bench" --model "$model" "${prefill_args[@]}" >>"$logs/engine-$side.txt" 2>&1 ||
+  timeout 300 "$build/bench/di_engine_bench" --model "$model" "${prefill_args[@]}" --context "$context" \
+    >>"$logs/engine-$side.txt" 2>&1 ||
     echo "engine $side: rc $?"
   for conc in $offline; do
     out=$(timeout 300 "$build/deltainfer" bench-offline --model "$model" --device cuda --num-requests $(( 2 * conc )) \
