@@ -46,18 +46,12 @@ __global__ void conv1d_silu_kernel(ConvParams p) {
 
 // The prefill conv in vectors, for kK taps where the rows allow 16-byte access (C % 8 == 0; x, out
 // and the taps 16-byte aligned): grid (runs of kConvRun tokens, channel blocks); a thread takes 8
-// adjacent channels of a run. Its taps are loaded once for the run, and the inputs of the run and of
-// the kK - 1 tokens before it all issued at once (16 bytes each), so that a token whose kK inputs lie
-// in its own sequence's piece reads them from registers; a token near the start of its piece (the
-// state's inputs) reads them one by one. Each output is stored in 16 bytes. The scalar kernel above
-// moves 64 bytes a warp instruction and reads every input and tap again for each token: it ran at an
-// eighth of the bandwidth. Each output's sum is that kernel's, in its order: the same bits.
+// adjacent channels of a run. Its taps are loaded once for the run, its tokens' inputs all issued at
+// once (16 bytes each), and the window of each output's kK inputs slides along the run (rebuilt where
+// a sequence starts), each output stored in 16 bytes. The scalar kernel above moves 64 bytes a warp
+// instruction and reads every input and tap again for each token: it ran at an eighth of the
+// bandwidth. Each output's sum is that kernel's, in its order: the same bits.
 constexpr int kConvRun = 8;
-// Element v (a constant once unrolled) of eight bf16 in 16 bytes, as a float.
-__device__ __forceinline__ float bf16_at(const uint4& q, int v) {
-  const uint32_t word = v < 2 ? q.x : v < 4 ? q.y : v < 6 ? q.z : q.w;
-  return v % 2 == 0 ? kernels::bf16_lo(word) : kernels::bf16_hi(word);
-}
 template <int kK>
 __global__ void conv1d_silu_vector_kernel(ConvParams p) {
   kernels::wait_for_prior_grid();
@@ -66,14 +60,10 @@ __global__ void conv1d_silu_vector_kernel(ConvParams p) {
   if (c0 >= p.channels) return;
   const bf16* const x = static_cast<const bf16*>(p.x);
   const int64_t t0 = int64_t(blockIdx.x) * kConvRun;
-  // rows[r]: token t0 - (kK - 1) + r (zeros outside [0, N)).
-  constexpr int kRows = kConvRun + kK - 1;
-  uint4 rows[kRows];
+  uint4 inputs[kConvRun];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t t = t0 - (kK - 1) + r;
-    rows[r] = t >= 0 && t < p.tokens ? *reinterpret_cast<const uint4*>(x + t * p.channels + c0) : uint4{};
-  }
+  for (int r = 0; r < kConvRun; ++r)
+    inputs[r] = t0 + r < p.tokens ? *reinterpret_cast<const uint4*>(x + (t0 + r) * p.channels + c0) : uint4{};
   // The taps of the 8 channels: [c][j], 8 kK consecutive floats.
   float w[8][kK];
   const float4* taps = reinterpret_cast<const float4*>(p.weight + int64_t(c0) * kK);
@@ -84,31 +74,42 @@ __global__ void conv1d_silu_vector_kernel(ConvParams p) {
     w[e / kK][e % kK] = f.x, w[(e + 1) / kK][(e + 1) % kK] = f.y;
     w[(e + 2) / kK][(e + 2) % kK] = f.z, w[(e + 3) / kK][(e + 3) % kK] = f.w;
   }
+  // ctx[j][v]: input i + 1 + j of channel c0 + v for the token's output i (j = kK - 1 is its own).
+  float ctx[kK][8];
+  int32_t s = -1;
 #pragma unroll
   for (int r = 0; r < kConvRun; ++r) {
     const int64_t t = t0 + r;
     if (t >= p.tokens) break;
-    const int32_t s = p.token_seq[t];
-    const int64_t first = p.cu_seqlens[s], i = t - first;
-    // Output i of channel c0 + v sums w[v][j] * input i + 1 + j (j = kK - 1 is the token's own).
-    float y[8];
-    if (i >= kK - 1) {  // all in the piece: tokens t - kK + 1 .. t, rows r .. r + kK - 1
-#pragma unroll
-      for (int v = 0; v < 8; ++v) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kK; ++j) acc += w[v][j] * bf16_at(rows[r + j], v);
-        y[v] = kernels::silu(round_bf16(acc));
-      }
-    } else {
+    const int32_t seq = p.token_seq[t];
+    if (seq != s) {  // the run's first token, or its sequence's: the window from the state and x
+      s = seq;
+      const int64_t first = p.cu_seqlens[s], i = t - first;
       const bf16* const state = sequence_conv_state(p, s);
 #pragma unroll
-      for (int v = 0; v < 8; ++v) {
-        float acc = 0.0f;
+      for (int j = 0; j + 1 < kK; ++j) {
+        const int64_t m = i + 1 + j;  // index in [state (kK) | x of the piece]
+        if (m >= kK) {
+          unpack_bf16x8(*reinterpret_cast<const uint4*>(x + (first + m - kK) * p.channels + c0), ctx[j]);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kK; ++j) acc += w[v][j] * conv_context(p, state, first, i + 1 + j, c0 + v);
-        y[v] = kernels::silu(round_bf16(acc));
+          for (int v = 0; v < 8; ++v) ctx[j][v] = to_f32(state[int64_t(c0 + v) * kK + m]);
+        }
       }
+    } else {
+#pragma unroll
+      for (int j = 0; j + 1 < kK; ++j)
+#pragma unroll
+        for (int v = 0; v < 8; ++v) ctx[j][v] = ctx[j + 1][v];
+    }
+    unpack_bf16x8(inputs[r], ctx[kK - 1]);
+    float y[8];
+#pragma unroll
+    for (int v = 0; v < 8; ++v) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kK; ++j) acc += w[v][j] * ctx[j][v];
+      y[v] = kernels::silu(round_bf16(acc));
     }
     *reinterpret_cast<uint4*>(static_cast<bf16*>(p.out) + t * p.channels + c0) = kernels::pack_bf16x8(y);
   }

@@ -8,8 +8,6 @@
 //     rows go in through launch_kv_append first, and the cache is checked bit for bit after it;
 //   - decode: batches 1, 3 and 64 with kv lengths 1, 2, 500 and 5000, at split counts 1, 2, 3, 8,
 //     33 and the planner's, each against the reference (so all agree up to float32 reordering);
-//     a split's cache blocks staged in shared memory, and (5000 keys in blocks of 16, one split:
-//     more blocks than the kernel stages) read from the table directly;
 //     every heads-per-CTA instance (groups 1, 2, 4, 6, 8, 16);
 //   - prefill and decode captured in a CUDA graph give the same bits as direct launches;
 //   - host side (runs without a GPU): the planner's tiles cover every query once, in decreasing

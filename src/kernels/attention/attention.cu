@@ -396,7 +396,6 @@ cudaError_t launch_prefill(const PrefillParams& p, cudaStream_t stream) {
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * 32;
 constexpr int kDecodeSplitGrain = 16;  // split lengths are multiples of this many keys
-constexpr int kDecodeStagedBlocks = 256;  // cache blocks of a split staged in shared memory (1 KB)
 
 // Workspace: f32 [num_seqs, num_q_heads, num_splits, D] accumulators, then float2
 // [num_seqs, num_q_heads, num_splits] (max in the log2 domain, sum).
@@ -430,21 +429,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   const int block_shift = __ffs(c.block_size) - 1;
   const float scale_log2 = p.scale * kLog2e;
 
-  // The split's cache blocks, read from the table once into shared memory (when there are at most
-  // kDecodeStagedBlocks), so that a key's load waits for no table load of its own: every step's K and
-  // V rows are then one round trip, not two.
-  __shared__ int32_t s_blocks[kDecodeStagedBlocks];
-  const int first_block = key_begin >> block_shift;
-  const int split_blocks = key_end > key_begin ? ((key_end - 1) >> block_shift) - first_block + 1 : 0;
-  const bool staged = split_blocks <= kDecodeStagedBlocks;  // the same for the whole CTA
-  if (staged)
-    for (int b = threadIdx.x; b < split_blocks; b += kDecodeThreads) s_blocks[b] = table_row[first_block + b];
-  __syncthreads();
-  const auto row_offset = [&](int pos) {
-    const int64_t block = staged ? s_blocks[(pos >> block_shift) - first_block] : table_row[pos >> block_shift];
-    return ((block * c.block_size + (pos & (c.block_size - 1))) * c.num_kv_heads + kv_head) * int64_t(D) + lane * 8;
-  };
-
   // q pre-scaled by scale * log2e (in f32), so that scores come out in the log2 domain.
   float q[kHeads][8];
 #pragma unroll
@@ -460,29 +444,21 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   for (int h = 0; h < kHeads; ++h) run_max[h] = -INFINITY, run_sum[h] = 0.0f;
 
   // Keys a warp loads at once (K and V rows in flight per lane): fewer when many heads already hold
-  // registers (q and acc take 16 per head). The next step's rows are loaded before this step's are
-  // used, so a warp's loads stay in flight while it computes.
+  // registers (q and acc take 16 per head).
   constexpr int kDecodeKeysPerStep = kHeads <= 4 ? 4 : 2;
-  constexpr int kStride = kDecodeWarps * kDecodeKeysPerStep;
-  uint4 k_next[kDecodeKeysPerStep], v_next[kDecodeKeysPerStep];
-  const auto load_rows = [&](int key0) {
-#pragma unroll
-    for (int u = 0; u < kDecodeKeysPerStep; ++u) {
-      if (key0 + u < key_end) {
-        const int64_t off = row_offset(key0 + u);
-        k_next[u] = __ldg(reinterpret_cast<const uint4*>(c.k + off));
-        v_next[u] = __ldg(reinterpret_cast<const uint4*>(c.v + off));
-      } else {
-        k_next[u] = v_next[u] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  };
-  load_rows(key_begin + warp * kDecodeKeysPerStep);
-  for (int key = key_begin + warp * kDecodeKeysPerStep; key < key_end; key += kStride) {
+  for (int key = key_begin + warp * kDecodeKeysPerStep; key < key_end; key += kDecodeWarps * kDecodeKeysPerStep) {
     uint4 k_raw[kDecodeKeysPerStep], v_raw[kDecodeKeysPerStep];
 #pragma unroll
-    for (int u = 0; u < kDecodeKeysPerStep; ++u) k_raw[u] = k_next[u], v_raw[u] = v_next[u];
-    if (key + kStride < key_end) load_rows(key + kStride);
+    for (int u = 0; u < kDecodeKeysPerStep; ++u) {
+      if (key + u < key_end) {
+        const int64_t off =
+            cache_offset(table_row, key + u, c.block_size, block_shift, c.num_kv_heads, kv_head, D) + lane * 8;
+        k_raw[u] = __ldg(reinterpret_cast<const uint4*>(c.k + off));
+        v_raw[u] = __ldg(reinterpret_cast<const uint4*>(c.v + off));
+      } else {
+        k_raw[u] = v_raw[u] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
     float s[kHeads][kDecodeKeysPerStep];  // scores, then probabilities
 #pragma unroll
     for (int u = 0; u < kDecodeKeysPerStep; ++u) {
