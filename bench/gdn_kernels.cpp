@@ -123,7 +123,12 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
           {"input_sets", sets}};
 }
 
-nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t stream, std::mt19937_64& rng) {
+// The decode step at `batch` sequences, with or without the fused output norm. A sample times
+// kLaunches steps back to back (each on other slots), as a decode step follows the kernel ahead of
+// it, so a launch's overhead is not counted per step.
+nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, bool normed, cudaStream_t stream,
+                            std::mt19937_64& rng) {
+  constexpr int kLaunches = 10;
   const int64_t Hk = geo.num_k_heads, Hv = geo.num_v_heads, K = geo.k_dim, V = geo.v_dim;
   const int64_t row = 2 * Hk * K + Hv * V;
   const double state_bytes_per_seq = double(Hv) * K * V * 4;
@@ -142,6 +147,10 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t 
   cuda::DeviceBuffer<float> dA(std::span<const float>(A_log.data(), A_log.size())),
       ddt(std::span<const float>(dt_bias.data(), dt_bias.size()));
   cuda::DeviceBuffer<uint16_t> out(size_t(batch * Hv * V));
+  const std::vector<uint16_t> z_host = random_bf16(size_t(batch * Hv * V), rng, 1);
+  cuda::DeviceBuffer<uint16_t> z(std::span<const uint16_t>(z_host.data(), z_host.size()));
+  const std::vector<float> norm_host(size_t(V), 1.0f);
+  cuda::DeviceBuffer<float> norm_weight(std::span<const float>(norm_host.data(), norm_host.size()));
   // Repetition r uses slots starting at (r * batch) mod slots: fresh state every time.
   const int index_sets = std::max(1, slots / batch);
   std::vector<cuda::DeviceBuffer<int32_t>> indices;
@@ -150,7 +159,7 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t 
     for (int i = 0; i < batch; ++i) idx[size_t(i)] = (r * batch + i) % slots;
     indices.emplace_back(std::span<const int32_t>(idx));
   }
-  auto run = [&](int rep) {
+  auto launch = [&](int rep) {
     gdn::GdnDecodeParams p{};
     p.geometry = geo;
     p.state_layout = DI_GDN_STATE_KV;
@@ -165,14 +174,21 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, cudaStream_t 
     p.state_indices = indices[size_t(rep % index_sets)].data();
     p.out = out.data();
     p.scale = 1.0f / std::sqrt(float(K));
+    if (normed) p.z = z.data(), p.norm_weight = norm_weight.data();
     DI_CUDA_CHECK(gdn::launch_gdn_decode_step(p, stream));
   };
-  const Timing t = time_on_stream(stream, 5, 50, run);
+  auto run = [&](int rep) {
+    for (int i = 0; i < kLaunches; ++i) launch(rep * kLaunches + i);
+  };
+  Timing t = time_on_stream(stream, 2, 30, run);
+  t.median_ms /= kLaunches, t.min_ms /= kLaunches, t.max_ms /= kLaunches;
   const double bytes = double(batch) * (2 * state_bytes_per_seq + double(row) * 2 + Hv * V * 2 + Hv * 4);
   const double tbps = bytes / (t.median_ms * 1e-3) / 1e12;
   return {{"kernel", "gdn_decode_step"},
           {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
           {"batch", batch},
+          {"normed", normed},
+          {"launches_per_sample", kLaunches},
           {"median_us", t.median_ms * 1e3},
           {"min_us", t.min_ms * 1e3},
           {"tbytes_per_s", tbps},
@@ -212,6 +228,11 @@ int main(int argc, char** argv) {
   app.add_option("--shape", only_shape, "only this prefill shape, NxT (e.g. 4x8192)");
   app.add_option("--heads", heads, "Hk/Hv of the prefill cases");
   app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
+  std::vector<int> decode_batches = {1, 8, 64, 256};
+  bool decode_normed = false, decode_only = false;
+  app.add_option("--decode-batches", decode_batches, "the decode step's batch sizes")->delimiter(',');
+  app.add_flag("--decode-only", decode_only, "only the decode step (no prefill backend)");
+  app.add_flag("--decode-normed", decode_normed, "the decode step with the output norm fused in, as the engine runs it");
   app.add_flag("--timeline", timeline,
                "record the sm90 kernel's stage timeline of each case's last launch and print its medians (a build "
                "configured with -DDI_SM90_TIMELINE=ON; with --backend sm90)");
@@ -232,7 +253,7 @@ int main(int argc, char** argv) {
     std::printf("%-10s %-6s %-9s %10s %9s %8s %9s %8s\n", "backend", "heads", "shape", "ms", "TFLOP/s", "of 784",
                 "GB/s", "scratch");
     for (const di_gdn_prefill_backend* b : gdn::prefill_backends()) {
-      if (!only_backend.empty() && only_backend != b->name) continue;
+      if (decode_only || (!only_backend.empty() && only_backend != b->name)) continue;
       const gdn::Verdict v = gdn::ask(*b, geo, dev, DI_GDN_STATE_KV);
       if (!v.ok) {
         std::printf("%-10s refuses: %s\n", b->name, v.reason.c_str());
@@ -281,11 +302,11 @@ int main(int argc, char** argv) {
       cudaStreamDestroy(stream);
       return 0;
     }
-    std::printf("\n%-16s %-6s %6s %10s %8s %9s\n", "kernel", "heads", "batch", "us", "TB/s", "of 4.3");
-    for (int batch : {1, 8, 64, 256}) {
-      const nlohmann::json r = bench::bench_decode(geo, batch, stream, rng);
-      std::printf("%-16s %-6s %6d %10.2f %8.2f %8.1f%%\n", "gdn_decode_step", r["heads"].get<std::string>().c_str(),
-                  batch, r["median_us"].get<double>(), r["tbytes_per_s"].get<double>(),
+    std::printf("\n%-16s %-6s %6s %6s %10s %8s %9s\n", "kernel", "heads", "batch", "normed", "us", "TB/s", "of 4.3");
+    for (int batch : decode_batches) {
+      const nlohmann::json r = bench::bench_decode(geo, batch, decode_normed, stream, rng);
+      std::printf("%-16s %-6s %6d %6s %10.2f %8.2f %8.1f%%\n", "gdn_decode_step", r["heads"].get<std::string>().c_str(),
+                  batch, decode_normed ? "yes" : "no", r["median_us"].get<double>(), r["tbytes_per_s"].get<double>(),
                   100 * r["fraction_of_copy_bandwidth"].get<double>());
       report["decode"].push_back(r);
     }

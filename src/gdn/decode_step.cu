@@ -26,6 +26,16 @@
 // distributed shared memory) in the order the gated norm kernel sums a 128-wide row, one warp per
 // row (kernels/norm/norm_rows.cuh), so the factor and the output are that kernel's bits. The state
 // is updated and stored between the barrier's arrival and its wait, which hides the exchange.
+//
+// The conv (kConv, with the norm): qkv is then the conv's input, and the step computes the token's
+// conv outputs itself, as the one-token conv kernel does (gdn/prep.cu), rather than reading them
+// from that kernel's output: one launch and one dependent round trip fewer per layer. A CTA needs
+// the head's 128 q and 128 k channels and its 64 v channels: thread t convolves q and k channel t
+// and (t < 64) v channel t of its half, into shared memory, and after a CTA barrier every warp reads
+// them as it read the conv's output. The q and k channels of a key head are read by all 2 Hv/Hk CTAs
+// of its value heads, so those run as one cluster (the head's halves are two of its ranks), and
+// the old conv state is replaced only after the cluster barrier: by the first CTA of the key head
+// for q and k, by each CTA for its v channels.
 #include "gdn/decode_step.h"
 
 #include <cuda_bf16.h>
@@ -48,6 +58,8 @@ constexpr int kColsPerCta = kWarps * kColsPerWarp;  // 64
 constexpr int kCtasPerHead = kHeadDim / kColsPerCta;
 constexpr int kKeysPerThread = 16;
 constexpr float kNormEps = 1e-6f;
+constexpr int kConvTaps = 4;         // the fused conv's kernel size (every Qwen3.5 model's)
+constexpr int kMaxClusterCtas = 8;   // the portable cluster size: value heads per key head <= 4
 
 using kernels::bf16_hi;
 using kernels::bf16_lo;
@@ -80,11 +92,39 @@ struct StateBlock {
   __device__ bool writes_output() const { return kKeyContiguous ? lane % 8 == 0 : lane / 4 == 0; }
 };
 
-template <di_gdn_state_layout Layout, bool kNormed>
+// The conv of one channel for one token, as conv1d_silu_one_token_kernel computes it: the output
+// bf16(silu(bf16(sum_j w_j ctx_j))) over ctx = [state 1..3 | x] (state: the channel's 4 newest
+// earlier inputs, bf16, oldest first), and the state that replaces it, [state 1..3 | x].
+struct ConvChannel {
+  uint2 state;  // 4 bf16
+  uint16_t x;   // the token's input
+  float4 taps;
+  __device__ float output() const {
+    const float ctx[kConvTaps] = {bf16_hi(state.x), bf16_lo(state.y), bf16_hi(state.y),
+                                  __uint_as_float(uint32_t(x) << 16)};
+    const float w[kConvTaps] = {taps.x, taps.y, taps.z, taps.w};
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kConvTaps; ++j) acc += w[j] * ctx[j];
+    return round_bf16(kernels::silu(round_bf16(acc)));
+  }
+  __device__ uint2 next_state() const {
+    return make_uint2((state.x >> 16) | (state.y << 16), (state.y >> 16) | (uint32_t(x) << 16));
+  }
+};
+
+__device__ __forceinline__ ConvChannel load_conv_channel(const GdnDecodeParams& p, const uint16_t* row,
+                                                         const uint2* conv_state, int64_t c) {
+  return ConvChannel{conv_state[c], row[c], *reinterpret_cast<const float4*>(p.conv_weight + c * kConvTaps)};
+}
+
+template <di_gdn_state_layout Layout, bool kNormed, bool kConv>
 __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
+  static_assert(kNormed || !kConv, "the fused conv runs in the norm's clusters");
   __shared__ float q_norm[kWarps][kHeadDim];  // per warp: the normalised q and k of the token
   __shared__ float k_norm[kWarps][kHeadDim];
   __shared__ __align__(16) float o_half[kColsPerCta];  // kNormed: this CTA's half of o, bf16-rounded
+  __shared__ float conv_q[kConv ? kHeadDim : 1], conv_k[kConv ? kHeadDim : 1], conv_v[kConv ? kColsPerCta : 1];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads;
@@ -139,16 +179,43 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
 
   // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
   const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
-  // Every input of the token issued at once (one round trip): q, k, v, a and b.
+  // Every input of the token issued at once (one round trip): q, k, v (or the conv's inputs, taps
+  // and states for them), a and b.
+  const int t = threadIdx.x;
+  const int64_t q_channel = int64_t(key_head) * kHeadDim + t, k_channel = q_channel + int64_t(Hk) * kHeadDim;
+  const int64_t v_channel = int64_t(2 * Hk + head) * kHeadDim + part * kColsPerCta + t;
+  const bool convolves_v = t < kColsPerCta;
+  uint2* conv_state = nullptr;
+  ConvChannel cq{}, ck{}, cv{};
   float q_raw[4], k_raw[4], v[4];
-  load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
-  load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
-  load_bf16x4(row + 2 * Hk * kHeadDim + head * kHeadDim + col0, v);
+  if constexpr (kConv) {
+    conv_state = static_cast<uint2*>(p.conv_state) + slot * (int64_t(2 * Hk + Hv) * kHeadDim);  // [C] of 4 bf16
+    const uint16_t* raw = reinterpret_cast<const uint16_t*>(row);
+    cq = load_conv_channel(p, raw, conv_state, q_channel);
+    ck = load_conv_channel(p, raw, conv_state, k_channel);
+    if (convolves_v) cv = load_conv_channel(p, raw, conv_state, v_channel);
+  } else {
+    load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
+    load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
+    load_bf16x4(row + 2 * Hk * kHeadDim + head * kHeadDim + col0, v);
+  }
   const int64_t gate = int64_t(seq) * Hv + head;
   const float a = __bfloat162float(static_cast<const bf16*>(p.a)[gate]);
   const float b = __bfloat162float(static_cast<const bf16*>(p.b)[gate]);
   float z[4];
   if constexpr (kNormed) load_bf16x4(static_cast<const bf16*>(p.z) + gate * kHeadDim + col0, z);
+  if constexpr (kConv) {  // the conv's outputs through shared memory, then read as the conv kernel's
+    conv_q[t] = cq.output();
+    conv_k[t] = ck.output();
+    if (convolves_v) conv_v[t] = cv.output();
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      q_raw[i] = conv_q[4 * lane + i];
+      k_raw[i] = conv_k[4 * lane + i];
+      v[i] = conv_v[col0 - part * kColsPerCta + i];
+    }
+  }
   float qq = 0.f, kk = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) qq = fmaf(q_raw[i], q_raw[i], qq), kk = fmaf(k_raw[i], k_raw[i], kk);
@@ -231,10 +298,17 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     // The head's o in the gated norm's order: lane l sums elements l, l + 32 (half 0) and l + 64,
     // l + 96 (half 1), then the warp's butterfly; every warp gets the same factor.
     kernels::cluster_wait();
+    if constexpr (kConv) {
+      // Every CTA of the key head has read the old conv states: replace them.
+      if (head % (Hv / Hk) == 0 && part == 0) conv_state[q_channel] = cq.next_state(), conv_state[k_channel] = ck.next_state();
+      if (convolves_v) conv_state[v_channel] = cv.next_state();
+    }
+    // The head's halves are ranks 2 (head % (Hv / Hk)) and the next with the conv, else 0 and 1.
+    const uint32_t first_rank = kConv ? 2u * uint32_t(head % (Hv / Hk)) : 0u;
     kernels::StridedRow<4> row_o;
 #pragma unroll
     for (int half = 0; half < kCtasPerHead; ++half) {
-      const float* src = kernels::in_cluster_block(o_half, half);
+      const float* src = kernels::in_cluster_block(o_half, first_rank + half);
       row_o.v[2 * half] = src[lane];
       row_o.v[2 * half + 1] = src[lane + 32];
     }
@@ -271,18 +345,31 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
   const bool normed = p.norm_weight != nullptr;
   if (normed && (p.z == nullptr || !aligned(p.z, 8) || !aligned(p.norm_weight, 16))) return cudaErrorInvalidValue;
   if (normed && !kernels::clusters_supported()) return cudaErrorNotSupported;
+  const bool conv = p.conv_weight != nullptr;
+  if (conv && (!normed || p.conv_state == nullptr || !aligned(p.conv_state, 8) || !aligned(p.conv_weight, 16)))
+    return cudaErrorInvalidValue;
+  if (conv && !gdn_decode_step_fuses_conv(g)) return cudaErrorNotSupported;
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   const bool kv = p.state_layout == DI_GDN_STATE_KV;
+  if (conv)  // a key head's value heads, both halves each, in one cluster (see the design note)
+    return kernels::launch_early_in_clusters(
+        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true, true>,
+        dim3(unsigned(ctas)), dim3(kThreads), unsigned(kCtasPerHead * (g.num_v_heads / g.num_k_heads)), 0, stream, p);
   if (normed)  // a head's two CTAs in one cluster (see the design note)
     return kernels::launch_early_in_clusters(
-        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true>,
+        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true, false>,
         dim3(unsigned(ctas)), dim3(kThreads), kCtasPerHead, 0, stream, p);
   return kernels::launch_early(
-      kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false>,
+      kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false, false>,
       dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
 }
 
 bool gdn_decode_step_fuses_output_norm() { return kernels::clusters_supported(); }
+
+bool gdn_decode_step_fuses_conv(const di_gdn_geometry& g) {
+  return kernels::clusters_supported() && g.num_k_heads > 0 && g.num_v_heads % g.num_k_heads == 0 &&
+         kCtasPerHead * (g.num_v_heads / g.num_k_heads) <= kMaxClusterCtas;
+}
 
 }  // namespace di::gdn

@@ -1,7 +1,5 @@
 #include <algorithm>
-#include <mutex>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/gemm/small_batch_linear.h"
@@ -468,44 +466,6 @@ Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow) {
   return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles, narrow);
 }
 
-// Static and dynamic shared memory together may pass 48 KB only where the kernel allows it: raised
-// once per kernel to the most any launch stages.
-cudaError_t allow_staging(Kernel kernel) {
-  static std::mutex mutex;
-  static std::vector<Kernel> allowed;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (std::find(allowed.begin(), allowed.end(), kernel) != allowed.end()) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmallBatchStagingBytes));
-  if (e == cudaSuccess) allowed.push_back(kernel);
-  return e;
-}
-
-// How many blocks of `kernel` with `smem` bytes of dynamic shared memory the current device holds at
-// once (the occupancy calculator's figure times the SMs), asked once per device, kernel and size.
-cudaError_t resident_blocks(Kernel kernel, size_t smem, int64_t& blocks) {
-  struct Known {
-    int device;
-    Kernel kernel;
-    size_t smem;
-    int64_t blocks;
-  };
-  static std::mutex mutex;
-  static std::vector<Known> known;
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Known& k : known)
-    if (k.device == device && k.kernel == kernel && k.smem == smem) return blocks = k.blocks, cudaSuccess;
-  int sms = 0, per_sm = 0;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
-  if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem)) != cudaSuccess) return e;
-  blocks = std::max<int64_t>(1, int64_t(sms) * per_sm);
-  known.push_back({device, kernel, smem, blocks});
-  return cudaSuccess;
-}
-
 }  // namespace
 
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
@@ -527,14 +487,16 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                                   : pick_kernel<1>(p.input, two_tiles, narrow);
   if (smem > 0) {
-    const cudaError_t e = allow_staging(kernel);
+    // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
+    // once per kernel to the most any launch stages.
+    const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kMaxSmallBatchStagingBytes);
     if (e != cudaSuccess) return e;
   }
   // Blocks: resident ones, as many as fit at once (each takes every gridDim-th tile) or fewer where
   // asked; otherwise one per tile.
   int64_t blocks = tiles;
   if (two_tiles) {
-    const cudaError_t e = resident_blocks(kernel, smem, blocks);
+    const cudaError_t e = resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32, smem, blocks);
     if (e != cudaSuccess) return e;
     blocks = std::min(blocks, tiles);
     if (p.max_blocks > 0) blocks = std::min(blocks, p.max_blocks);
