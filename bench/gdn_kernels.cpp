@@ -21,6 +21,7 @@
 #include "core/cuda.h"
 #include "gdn/decode_step.h"
 #include "gdn/dispatch.h"
+#include "gdn/prep.h"
 #include "gdn/sm90_timeline.h"
 #include "gpu_timing.h"
 
@@ -123,11 +124,16 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
           {"input_sets", sets}};
 }
 
-// The decode step at `batch` sequences, with or without the fused output norm. A sample times
-// kLaunches steps back to back (each on other slots), as a decode step follows the kernel ahead of
-// it, so a launch's overhead is not counted per step.
-nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, bool normed, cudaStream_t stream,
+// What a decode measurement runs: the step alone, with the output norm fused in, the one-token conv
+// kernel and then that step, or the step with the conv fused in too (as the engine runs it).
+const std::vector<std::string> kDecodeForms = {"plain", "normed", "conv_then_normed", "conv_fused"};
+
+// The decode step at `batch` sequences in one of kDecodeForms. A sample times kLaunches steps back
+// to back (each on other slots), as a decode step follows the kernel ahead of it, so a launch's
+// overhead is not counted per step.
+nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, const std::string& form, cudaStream_t stream,
                             std::mt19937_64& rng) {
+  const bool normed = form != "plain", conv = form == "conv_then_normed" || form == "conv_fused";
   constexpr int kLaunches = 10;
   const int64_t Hk = geo.num_k_heads, Hv = geo.num_v_heads, K = geo.k_dim, V = geo.v_dim;
   const int64_t row = 2 * Hk * K + Hv * V;
@@ -151,6 +157,16 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, bool normed, 
   cuda::DeviceBuffer<uint16_t> z(std::span<const uint16_t>(z_host.data(), z_host.size()));
   const std::vector<float> norm_host(size_t(V), 1.0f);
   cuda::DeviceBuffer<float> norm_weight(std::span<const float>(norm_host.data(), norm_host.size()));
+  // The conv's taps, its state pool (the recurrent state's slots) and, unfused, its output.
+  std::vector<float> taps(size_t(row) * 4);
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = 0.25f * float(int(i % 7) - 3);
+  cuda::DeviceBuffer<float> conv_weight(std::span<const float>(taps.data(), taps.size()));
+  cuda::DeviceBuffer<uint16_t> conv_state(conv ? size_t(slots) * size_t(row) * 4 : 0), conv_out(size_t(batch * row));
+  if (conv) conv_state.fill_bytes(0);
+  std::vector<int32_t> firsts(size_t(batch) + 1), rows(static_cast<size_t>(batch));
+  for (int i = 0; i <= batch; ++i) firsts[size_t(i)] = i;
+  for (int i = 0; i < batch; ++i) rows[size_t(i)] = i;
+  cuda::DeviceBuffer<int32_t> cu_seqlens{std::span<const int32_t>(firsts)}, token_seq{std::span<const int32_t>(rows)};
   // Repetition r uses slots starting at (r * batch) mod slots: fresh state every time.
   const int index_sets = std::max(1, slots / batch);
   std::vector<cuda::DeviceBuffer<int32_t>> indices;
@@ -164,7 +180,7 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, bool normed, 
     p.geometry = geo;
     p.state_layout = DI_GDN_STATE_KV;
     p.num_seqs = batch;
-    p.qkv = qkv[size_t(rep % sets)].data();
+    p.qkv = form == "conv_then_normed" ? conv_out.data() : qkv[size_t(rep % sets)].data();
     p.qkv_row_stride = row;
     p.a = a[size_t(rep % sets)].data();
     p.b = b[size_t(rep % sets)].data();
@@ -175,6 +191,15 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, bool normed, 
     p.out = out.data();
     p.scale = 1.0f / std::sqrt(float(K));
     if (normed) p.z = z.data(), p.norm_weight = norm_weight.data();
+    if (form == "conv_fused") p.conv_weight = conv_weight.data(), p.conv_state = conv_state.data();
+    if (form == "conv_then_normed") {
+      const gdn::ConvParams c{.x = qkv[size_t(rep % sets)].data(), .weight = conv_weight.data(),
+                              .conv_state = conv_state.data(), .cu_seqlens = cu_seqlens.data(),
+                              .token_seq = token_seq.data(), .seq_slot = p.state_indices, .out = conv_out.data(),
+                              .tokens = batch, .num_seqs = batch, .channels = int32_t(row), .kernel = 4,
+                              .one_token_each = true};
+      DI_CUDA_CHECK(gdn::launch_conv1d_silu(c, stream));
+    }
     DI_CUDA_CHECK(gdn::launch_gdn_decode_step(p, stream));
   };
   auto run = [&](int rep) {
@@ -187,7 +212,7 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, bool normed, 
   return {{"kernel", "gdn_decode_step"},
           {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
           {"batch", batch},
-          {"normed", normed},
+          {"form", form},
           {"launches_per_sample", kLaunches},
           {"median_us", t.median_ms * 1e3},
           {"min_us", t.min_ms * 1e3},
@@ -229,10 +254,16 @@ int main(int argc, char** argv) {
   app.add_option("--heads", heads, "Hk/Hv of the prefill cases");
   app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
   std::vector<int> decode_batches = {1, 8, 64, 256};
-  bool decode_normed = false, decode_only = false;
+  std::vector<std::string> decode_forms = {"plain"};
+  bool decode_only = false;
   app.add_option("--decode-batches", decode_batches, "the decode step's batch sizes")->delimiter(',');
+  app.add_option("--decode-forms", decode_forms,
+                 "what a decode measurement runs: plain, normed (the output norm fused in), conv_then_normed (the "
+                 "one-token conv kernel, then the normed step), conv_fused (the conv fused in too, as the engine "
+                 "runs it); several are timed in A B .. B A order")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::kDecodeForms));
   app.add_flag("--decode-only", decode_only, "only the decode step (no prefill backend)");
-  app.add_flag("--decode-normed", decode_normed, "the decode step with the output norm fused in, as the engine runs it");
   app.add_flag("--timeline", timeline,
                "record the sm90 kernel's stage timeline of each case's last launch and print its medians (a build "
                "configured with -DDI_SM90_TIMELINE=ON; with --backend sm90)");
@@ -302,14 +333,18 @@ int main(int argc, char** argv) {
       cudaStreamDestroy(stream);
       return 0;
     }
-    std::printf("\n%-16s %-6s %6s %6s %10s %8s %9s\n", "kernel", "heads", "batch", "normed", "us", "TB/s", "of 4.3");
-    for (int batch : decode_batches) {
-      const nlohmann::json r = bench::bench_decode(geo, batch, decode_normed, stream, rng);
-      std::printf("%-16s %-6s %6d %6s %10.2f %8.2f %8.1f%%\n", "gdn_decode_step", r["heads"].get<std::string>().c_str(),
-                  batch, decode_normed ? "yes" : "no", r["median_us"].get<double>(), r["tbytes_per_s"].get<double>(),
-                  100 * r["fraction_of_copy_bandwidth"].get<double>());
-      report["decode"].push_back(r);
-    }
+    // Each batch in every form asked for, the forms in one order and then the other (A B .. B A).
+    std::printf("\n%-16s %-6s %6s %-17s %10s %8s %9s\n", "kernel", "heads", "batch", "form", "us", "TB/s", "of 4.3");
+    for (int batch : decode_batches)
+      for (int pass = 0; pass < (decode_forms.size() > 1 ? 2 : 1); ++pass)
+        for (size_t f = 0; f < decode_forms.size(); ++f) {
+          const std::string& form = decode_forms[pass == 0 ? f : decode_forms.size() - 1 - f];
+          const nlohmann::json r = bench::bench_decode(geo, batch, form, stream, rng);
+          std::printf("%-16s %-6s %6d %-17s %10.2f %8.2f %8.1f%%\n", "gdn_decode_step",
+                      r["heads"].get<std::string>().c_str(), batch, form.c_str(), r["median_us"].get<double>(),
+                      r["tbytes_per_s"].get<double>(), 100 * r["fraction_of_copy_bandwidth"].get<double>());
+          report["decode"].push_back(r);
+        }
     if (!json_out.empty()) std::ofstream(json_out) << report.dump(2) << "\n";
     cudaStreamDestroy(stream);
   } catch (const std::exception& e) {

@@ -113,9 +113,16 @@ struct ConvChannel {
   }
 };
 
-__device__ __forceinline__ ConvChannel load_conv_channel(const GdnDecodeParams& p, const uint16_t* row,
-                                                         const uint2* conv_state, int64_t c) {
-  return ConvChannel{conv_state[c], row[c], *reinterpret_cast<const float4*>(p.conv_weight + c * kConvTaps)};
+// A channel's state and taps in shared memory, copied there ahead of the wait (they do not depend on
+// the kernel ahead), each by the thread that convolves the channel.
+struct ConvStaging {
+  uint2 state;
+  float4 taps;
+};
+__device__ __forceinline__ void stage_conv_channel(const GdnDecodeParams& p, const uint2* conv_state, int64_t c,
+                                                   ConvStaging& to) {
+  kernels::cp_async_8(&to.state, conv_state + c);
+  kernels::cp_async_16(&to.taps, p.conv_weight + c * kConvTaps, 16);
 }
 
 template <di_gdn_state_layout Layout, bool kNormed, bool kConv>
@@ -125,6 +132,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   __shared__ float k_norm[kWarps][kHeadDim];
   __shared__ __align__(16) float o_half[kColsPerCta];  // kNormed: this CTA's half of o, bf16-rounded
   __shared__ float conv_q[kConv ? kHeadDim : 1], conv_k[kConv ? kHeadDim : 1], conv_v[kConv ? kColsPerCta : 1];
+  __shared__ __align__(16) ConvStaging conv_staging[kConv ? 3 : 1][kThreads];  // q, k, v channels of each thread
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads;
@@ -174,26 +182,34 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     const float4 w = *reinterpret_cast<const float4*>(p.norm_weight + col0);
     norm_w[0] = w.x, norm_w[1] = w.y, norm_w[2] = w.z, norm_w[3] = w.w;
   }
-  kernels::wait_for_prior_grid();
-  kernels::allow_dependent_grid();
-
-  // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
-  const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
-  // Every input of the token issued at once (one round trip): q, k, v (or the conv's inputs, taps
-  // and states for them), a and b.
+  // The conv (kConv): thread t's channels, q and k channel t of the key head and v channel t of the
+  // CTA's half (t < 64), their states and taps on their way to shared memory before the wait.
   const int t = threadIdx.x;
   const int64_t q_channel = int64_t(key_head) * kHeadDim + t, k_channel = q_channel + int64_t(Hk) * kHeadDim;
   const int64_t v_channel = int64_t(2 * Hk + head) * kHeadDim + part * kColsPerCta + t;
   const bool convolves_v = t < kColsPerCta;
   uint2* conv_state = nullptr;
+  if constexpr (kConv) {
+    conv_state = static_cast<uint2*>(p.conv_state) + slot * (int64_t(2 * Hk + Hv) * kHeadDim);  // [C] of 4 bf16
+    stage_conv_channel(p, conv_state, q_channel, conv_staging[0][t]);
+    stage_conv_channel(p, conv_state, k_channel, conv_staging[1][t]);
+    if (convolves_v) stage_conv_channel(p, conv_state, v_channel, conv_staging[2][t]);
+    kernels::cp_async_commit();
+  }
+
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_grid();
+
+  // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
+  const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
+  // Every input of the token issued at once (one round trip): q, k, v (or the conv's inputs), a, b.
   ConvChannel cq{}, ck{}, cv{};
   float q_raw[4], k_raw[4], v[4];
   if constexpr (kConv) {
-    conv_state = static_cast<uint2*>(p.conv_state) + slot * (int64_t(2 * Hk + Hv) * kHeadDim);  // [C] of 4 bf16
     const uint16_t* raw = reinterpret_cast<const uint16_t*>(row);
-    cq = load_conv_channel(p, raw, conv_state, q_channel);
-    ck = load_conv_channel(p, raw, conv_state, k_channel);
-    if (convolves_v) cv = load_conv_channel(p, raw, conv_state, v_channel);
+    cq.x = raw[q_channel];
+    ck.x = raw[k_channel];
+    if (convolves_v) cv.x = raw[v_channel];
   } else {
     load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
     load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
@@ -205,6 +221,10 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   float z[4];
   if constexpr (kNormed) load_bf16x4(static_cast<const bf16*>(p.z) + gate * kHeadDim + col0, z);
   if constexpr (kConv) {  // the conv's outputs through shared memory, then read as the conv kernel's
+    kernels::cp_async_wait_all();  // this thread's own copies: no barrier needed to read them
+    cq.state = conv_staging[0][t].state, cq.taps = conv_staging[0][t].taps;
+    ck.state = conv_staging[1][t].state, ck.taps = conv_staging[1][t].taps;
+    if (convolves_v) cv.state = conv_staging[2][t].state, cv.taps = conv_staging[2][t].taps;
     conv_q[t] = cq.output();
     conv_k[t] = ck.output();
     if (convolves_v) conv_v[t] = cv.output();
