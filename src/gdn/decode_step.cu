@@ -29,13 +29,14 @@
 //
 // The conv (kConv, with the norm): qkv is then the conv's input, and the step computes the token's
 // conv outputs itself, as the one-token conv kernel does (gdn/prep.cu), rather than reading them
-// from that kernel's output: one launch and one dependent round trip fewer per layer. A CTA needs
-// the head's 128 q and 128 k channels and its 64 v channels: thread t convolves q and k channel t
-// and (t < 64) v channel t of its half, into shared memory, and after a CTA barrier every warp reads
-// them as it read the conv's output. The q and k channels of a key head are read by all 2 Hv/Hk CTAs
-// of its value heads, so those run as one cluster (the head's halves are two of its ranks), and
-// the old conv state is replaced only after the cluster barrier: by the first CTA of the key head
-// for q and k, by each CTA for its v channels.
+// from that kernel's output: one launch and one dependent round trip fewer per layer. The q and k
+// channels of a key head are read by all its value heads, and the old conv state may be replaced
+// only once every reader has it; so a CTA pair (a cluster, one CTA per half as above) serves a whole
+// key head, 4 warps per value head, and the first CTA replaces the q and k states after the cluster
+// barrier. (Clusters of 2 Hv/Hk CTAs, one per half head, measured 3 us slower at 8 and 16 sequences:
+// the GPU holds 124 clusters of 4 at once against 264 of 2.) The threads convolve the 256 q and k
+// channels and the CTA's v columns into shared memory, their states and taps staged there before
+// the wait; after a CTA barrier every warp reads them as it read the conv's output.
 #include "gdn/decode_step.h"
 
 #include <cuda_bf16.h>
@@ -58,8 +59,8 @@ constexpr int kColsPerCta = kWarps * kColsPerWarp;  // 64
 constexpr int kCtasPerHead = kHeadDim / kColsPerCta;
 constexpr int kKeysPerThread = 16;
 constexpr float kNormEps = 1e-6f;
-constexpr int kConvTaps = 4;         // the fused conv's kernel size (every Qwen3.5 model's)
-constexpr int kMaxClusterCtas = 8;   // the portable cluster size: value heads per key head <= 4
+constexpr int kConvTaps = 4;            // the fused conv's kernel size (every Qwen3.5 model's)
+constexpr int kMaxHeadsPerKeyHead = 4;  // the fused conv's CTAs: 4 warps per value head of a key head
 
 using kernels::bf16_hi;
 using kernels::bf16_lo;
@@ -119,6 +120,7 @@ struct ConvStaging {
   uint2 state;
   float4 taps;
 };
+constexpr int kQkChannels = 2 * kHeadDim;  // a key head's q and k channels
 __device__ __forceinline__ void stage_conv_channel(const GdnDecodeParams& p, const uint2* conv_state, int64_t c,
                                                    ConvStaging& to) {
   kernels::cp_async_8(&to.state, conv_state + c);
@@ -126,22 +128,32 @@ __device__ __forceinline__ void stage_conv_channel(const GdnDecodeParams& p, con
 }
 
 template <di_gdn_state_layout Layout, bool kNormed, bool kConv>
-__global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
+__global__ void __launch_bounds__(kConv ? kThreads * kMaxHeadsPerKeyHead : kThreads)
+    gdn_decode_step_kernel(const GdnDecodeParams p) {
   static_assert(kNormed || !kConv, "the fused conv runs in the norm's clusters");
-  __shared__ float q_norm[kWarps][kHeadDim];  // per warp: the normalised q and k of the token
-  __shared__ float k_norm[kWarps][kHeadDim];
-  __shared__ __align__(16) float o_half[kColsPerCta];  // kNormed: this CTA's half of o, bf16-rounded
-  __shared__ float conv_q[kConv ? kHeadDim : 1], conv_k[kConv ? kHeadDim : 1], conv_v[kConv ? kColsPerCta : 1];
-  __shared__ __align__(16) ConvStaging conv_staging[kConv ? 3 : 1][kThreads];  // q, k, v channels of each thread
+  constexpr int kHeadsPerCta = kConv ? kMaxHeadsPerKeyHead : 1;  // at most
+  __shared__ float q_norm[kWarps * kHeadsPerCta][kHeadDim];  // per warp: the normalised q and k of the token
+  __shared__ float k_norm[kWarps * kHeadsPerCta][kHeadDim];
+  __shared__ __align__(16) float o_half[kHeadsPerCta][kColsPerCta];  // kNormed: each head's part of o, bf16-rounded
+  // kConv: the conv's outputs (the key head's q and k, the CTA's v columns) and its staged inputs.
+  __shared__ float conv_qk[kConv ? kQkChannels : 1], conv_v[kConv ? kHeadsPerCta * kColsPerCta : 1];
+  __shared__ __align__(16) ConvStaging staging_qk[kConv ? kQkChannels : 1];
+  __shared__ __align__(16) ConvStaging staging_v[kConv ? kHeadsPerCta * kColsPerCta : 1];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads;
+  const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads, ratio = Hv / Hk;
   const int part = int(blockIdx.x % kCtasPerHead);
-  const int head = int((blockIdx.x / kCtasPerHead) % Hv);
-  const int seq = int(blockIdx.x / (uint32_t(kCtasPerHead) * uint32_t(Hv)));
-  const int key_head = head / (Hv / Hk);
+  // A CTA pair serves (sequence, value head) or, with the conv, (sequence, key head): then its warps
+  // take the key head's value heads four at a time, head_in_cta = warp / 4.
+  const int heads_apart = kConv ? Hk : Hv;
+  const int group = int((blockIdx.x / kCtasPerHead) % uint32_t(heads_apart));
+  const int seq = int(blockIdx.x / (uint32_t(kCtasPerHead) * uint32_t(heads_apart)));
+  const int head_in_cta = kConv ? warp / kWarps : 0;
+  const int head = kConv ? group * ratio + head_in_cta : group;
+  const int key_head = kConv ? group : head / ratio;
   const StateBlock<Layout> block{lane};
-  const int col0 = part * kColsPerCta + warp * kColsPerWarp + 4 * block.col_quad();  // first of 4 columns
+  const int col_in_part = (warp % kWarps) * kColsPerWarp + 4 * block.col_quad();
+  const int col0 = part * kColsPerCta + col_in_part;  // first of the thread's 4 columns
 
   bf16* const out = static_cast<bf16*>(p.out) + (int64_t(seq) * Hv + head) * kHeadDim + col0;
   // Launched early (programmatic dependent launch), this kernel may start while the kernel ahead (the
@@ -158,7 +170,26 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   }
   float* const state = p.state + (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
 
-  // Issue the state loads first: they are the traffic, everything else hides under them.
+  // The conv (kConv): the key head's 256 q and k channels, then the CTA's v columns (64 a value
+  // head), one or two per thread; their states and taps on their way to shared memory before the
+  // wait, and ahead of the recurrent state, so that they have landed when the token's input has.
+  const int t = threadIdx.x, threads = int(blockDim.x);
+  auto qk_channel = [&](int i) {  // i < 256: q (i < 128), then k, of the key head
+    return int64_t(i < kHeadDim ? key_head : Hk + key_head) * kHeadDim + i % kHeadDim;
+  };
+  const int v_columns = ratio * kColsPerCta;
+  auto v_channel = [&](int i) {  // i < v_columns
+    return int64_t(2 * Hk + key_head * ratio + i / kColsPerCta) * kHeadDim + part * kColsPerCta + i % kColsPerCta;
+  };
+  uint2* conv_state = nullptr;
+  if constexpr (kConv) {
+    conv_state = static_cast<uint2*>(p.conv_state) + slot * (int64_t(2 * Hk + Hv) * kHeadDim);  // [C] of 4 bf16
+    for (int i = t; i < kQkChannels; i += threads) stage_conv_channel(p, conv_state, qk_channel(i), staging_qk[i]);
+    if (t < v_columns) stage_conv_channel(p, conv_state, v_channel(t), staging_v[t]);
+    kernels::cp_async_commit();
+  }
+
+  // Then the state loads: they are the traffic, everything else hides under them.
   float S[kKeysPerThread][4];
   if constexpr (StateBlock<Layout>::kKeyContiguous) {
 #pragma unroll
@@ -182,34 +213,20 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     const float4 w = *reinterpret_cast<const float4*>(p.norm_weight + col0);
     norm_w[0] = w.x, norm_w[1] = w.y, norm_w[2] = w.z, norm_w[3] = w.w;
   }
-  // The conv (kConv): thread t's channels, q and k channel t of the key head and v channel t of the
-  // CTA's half (t < 64), their states and taps on their way to shared memory before the wait.
-  const int t = threadIdx.x;
-  const int64_t q_channel = int64_t(key_head) * kHeadDim + t, k_channel = q_channel + int64_t(Hk) * kHeadDim;
-  const int64_t v_channel = int64_t(2 * Hk + head) * kHeadDim + part * kColsPerCta + t;
-  const bool convolves_v = t < kColsPerCta;
-  uint2* conv_state = nullptr;
-  if constexpr (kConv) {
-    conv_state = static_cast<uint2*>(p.conv_state) + slot * (int64_t(2 * Hk + Hv) * kHeadDim);  // [C] of 4 bf16
-    stage_conv_channel(p, conv_state, q_channel, conv_staging[0][t]);
-    stage_conv_channel(p, conv_state, k_channel, conv_staging[1][t]);
-    if (convolves_v) stage_conv_channel(p, conv_state, v_channel, conv_staging[2][t]);
-    kernels::cp_async_commit();
-  }
-
   kernels::wait_for_prior_grid();
   kernels::allow_dependent_grid();
 
   // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
   const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
   // Every input of the token issued at once (one round trip): q, k, v (or the conv's inputs), a, b.
-  ConvChannel cq{}, ck{}, cv{};
+  const uint16_t* const raw = reinterpret_cast<const uint16_t*>(row);
+  uint16_t x_qk[2] = {}, x_v = 0;  // kConv: the inputs of this thread's channels
   float q_raw[4], k_raw[4], v[4];
   if constexpr (kConv) {
-    const uint16_t* raw = reinterpret_cast<const uint16_t*>(row);
-    cq.x = raw[q_channel];
-    ck.x = raw[k_channel];
-    if (convolves_v) cv.x = raw[v_channel];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+      if (t + n * threads < kQkChannels) x_qk[n] = raw[qk_channel(t + n * threads)];
+    if (t < v_columns) x_v = raw[v_channel(t)];
   } else {
     load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
     load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
@@ -220,20 +237,27 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   const float b = __bfloat162float(static_cast<const bf16*>(p.b)[gate]);
   float z[4];
   if constexpr (kNormed) load_bf16x4(static_cast<const bf16*>(p.z) + gate * kHeadDim + col0, z);
+  ConvChannel conv_of_qk[2], conv_of_v;  // kConv: this thread's channels, for their new states
   if constexpr (kConv) {  // the conv's outputs through shared memory, then read as the conv kernel's
     kernels::cp_async_wait_all();  // this thread's own copies: no barrier needed to read them
-    cq.state = conv_staging[0][t].state, cq.taps = conv_staging[0][t].taps;
-    ck.state = conv_staging[1][t].state, ck.taps = conv_staging[1][t].taps;
-    if (convolves_v) cv.state = conv_staging[2][t].state, cv.taps = conv_staging[2][t].taps;
-    conv_q[t] = cq.output();
-    conv_k[t] = ck.output();
-    if (convolves_v) conv_v[t] = cv.output();
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int i = t + n * threads;
+      if (i < kQkChannels) {
+        conv_of_qk[n] = ConvChannel{staging_qk[i].state, x_qk[n], staging_qk[i].taps};
+        conv_qk[i] = conv_of_qk[n].output();
+      }
+    }
+    if (t < v_columns) {
+      conv_of_v = ConvChannel{staging_v[t].state, x_v, staging_v[t].taps};
+      conv_v[t] = conv_of_v.output();
+    }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      q_raw[i] = conv_q[4 * lane + i];
-      k_raw[i] = conv_k[4 * lane + i];
-      v[i] = conv_v[col0 - part * kColsPerCta + i];
+      q_raw[i] = conv_qk[4 * lane + i];
+      k_raw[i] = conv_qk[kHeadDim + 4 * lane + i];
+      v[i] = conv_v[head_in_cta * kColsPerCta + col_in_part + i];
     }
   }
   float qq = 0.f, kk = 0.f;
@@ -287,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
   }
   if constexpr (kNormed) {
     if (block.writes_output()) {
-      *reinterpret_cast<float4*>(&o_half[col0 - part * kColsPerCta]) =
+      *reinterpret_cast<float4*>(&o_half[head_in_cta][col_in_part]) =
           make_float4(round_bf16(o[0]), round_bf16(o[1]), round_bf16(o[2]), round_bf16(o[3]));
     }
     kernels::cluster_arrive_release();
@@ -319,16 +343,16 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDeco
     // l + 96 (half 1), then the warp's butterfly; every warp gets the same factor.
     kernels::cluster_wait();
     if constexpr (kConv) {
-      // Every CTA of the key head has read the old conv states: replace them.
-      if (head % (Hv / Hk) == 0 && part == 0) conv_state[q_channel] = cq.next_state(), conv_state[k_channel] = ck.next_state();
-      if (convolves_v) conv_state[v_channel] = cv.next_state();
+      // Both CTAs of the key head have read its old conv states: replace them (q and k by the first).
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+        if (part == 0 && t + n * threads < kQkChannels) conv_state[qk_channel(t + n * threads)] = conv_of_qk[n].next_state();
+      if (t < v_columns) conv_state[v_channel(t)] = conv_of_v.next_state();
     }
-    // The head's halves are ranks 2 (head % (Hv / Hk)) and the next with the conv, else 0 and 1.
-    const uint32_t first_rank = kConv ? 2u * uint32_t(head % (Hv / Hk)) : 0u;
     kernels::StridedRow<4> row_o;
 #pragma unroll
     for (int half = 0; half < kCtasPerHead; ++half) {
-      const float* src = kernels::in_cluster_block(o_half, first_rank + half);
+      const float* src = kernels::in_cluster_block(&o_half[head_in_cta][0], half);
       row_o.v[2 * half] = src[lane];
       row_o.v[2 * half + 1] = src[lane + 32];
     }
@@ -372,10 +396,11 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   const bool kv = p.state_layout == DI_GDN_STATE_KV;
-  if (conv)  // a key head's value heads, both halves each, in one cluster (see the design note)
+  if (conv)  // a CTA pair per key head, 4 warps per value head (see the design note)
     return kernels::launch_early_in_clusters(
         kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true, true>,
-        dim3(unsigned(ctas)), dim3(kThreads), unsigned(kCtasPerHead * (g.num_v_heads / g.num_k_heads)), 0, stream, p);
+        dim3(unsigned(int64_t(p.num_seqs) * g.num_k_heads * kCtasPerHead)),
+        dim3(unsigned(kThreads * (g.num_v_heads / g.num_k_heads))), kCtasPerHead, 0, stream, p);
   if (normed)  // a head's two CTAs in one cluster (see the design note)
     return kernels::launch_early_in_clusters(
         kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true, false>,
@@ -389,7 +414,7 @@ bool gdn_decode_step_fuses_output_norm() { return kernels::clusters_supported();
 
 bool gdn_decode_step_fuses_conv(const di_gdn_geometry& g) {
   return kernels::clusters_supported() && g.num_k_heads > 0 && g.num_v_heads % g.num_k_heads == 0 &&
-         kCtasPerHead * (g.num_v_heads / g.num_k_heads) <= kMaxClusterCtas;
+         g.num_v_heads / g.num_k_heads <= kMaxHeadsPerKeyHead;
 }
 
 }  // namespace di::gdn

@@ -474,7 +474,7 @@ TEST_P(GdnDecodeBatch, NormedStepEqualsStepThenGatedNorm) {
 // ---------------------------------------------------------------------------------------------
 // The conv fused in (conv_weight set): bit for bit the one-token conv kernel, then the normed step:
 // outputs, recurrent states and conv states, padding rows included, at 1 to 4 value heads per key
-// head (clusters of 2 to 8 CTAs).
+// head (CTAs of 4 to 16 warps).
 
 void check_conv_fused_step(const di_gdn_geometry& geo, int num_seqs, di_gdn_state_layout layout,
                            const std::vector<int32_t>& slots, int pool_slots, cudaStream_t stream, std::mt19937& rng) {
