@@ -916,10 +916,14 @@ Ops::GdnCoreOutput CudaOps::gdn_core(const Tensor& mixed_qkv, const TensorView& 
                                      const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
                                      const Tensor& z, const TensorView& norm_weight, double eps, const BatchPlan& plan,
                                      int64_t gdn_layer) {
-  // A decode step convolves the token inside the recurrent step (with the norm; 4 taps, a key head's
-  // CTAs in one cluster); anything else runs the conv kernel first.
-  const bool fused = step_ && step_->decode && gdn::gdn_decode_step_fuses_output_norm() &&
-                     gdn::gdn_decode_step_fuses_conv(gdn_geometry(config_)) && config_.linear_conv_kernel_dim == 4;
+  // A decode step of up to 16 sequences convolves the token inside the recurrent step (with the norm;
+  // 4 taps); anything else runs the conv kernel first. The bits are the same either way. From 32
+  // sequences the fused step, a CTA pair per key head, took longer than the conv kernel and the step
+  // of a CTA pair per value head together (docs/benchmarks/decode.md).
+  constexpr int64_t kFusedConvMaxSeqs = 16;
+  const bool fused = step_ && step_->decode && step_->num_seqs <= kFusedConvMaxSeqs &&
+                     gdn::gdn_decode_step_fuses_output_norm() && gdn::gdn_decode_step_fuses_conv(gdn_geometry(config_)) &&
+                     config_.linear_conv_kernel_dim == 4;
   if (!fused) return Ops::gdn_core(mixed_qkv, conv_weight, a, b, A_log, dt_bias, z, norm_weight, eps, plan, gdn_layer);
   check_gdn_inputs(mixed_qkv, a, b, plan, gdn_layer, "gdn_core");
   const int64_t N = step_->n_tokens, Hv = config_.linear_num_value_heads, dv = config_.linear_value_head_dim;
