@@ -124,16 +124,17 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
           {"input_sets", sets}};
 }
 
-// What a decode measurement runs: the step alone, with the output norm fused in, the one-token conv
-// kernel and then that step, or the step with the conv fused in too (as the engine runs it).
-const std::vector<std::string> kDecodeForms = {"plain", "normed", "conv_then_normed", "conv_fused"};
+// What a decode measurement runs: the step alone, with the output norm fused in (as the engine runs
+// it on sm_90), or the one-token conv kernel and then that step (the GDN layer's decode after its
+// input projections).
+const std::vector<std::string> kDecodeForms = {"plain", "normed", "conv_then_normed"};
 
 // The decode step at `batch` sequences in one of kDecodeForms. A sample times kLaunches steps back
 // to back (each on other slots), as a decode step follows the kernel ahead of it, so a launch's
 // overhead is not counted per step.
 nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, const std::string& form, cudaStream_t stream,
                             std::mt19937_64& rng) {
-  const bool normed = form != "plain", conv = form == "conv_then_normed" || form == "conv_fused";
+  const bool normed = form != "plain", conv = form == "conv_then_normed";
   constexpr int kLaunches = 10;
   const int64_t Hk = geo.num_k_heads, Hv = geo.num_v_heads, K = geo.k_dim, V = geo.v_dim;
   const int64_t row = 2 * Hk * K + Hv * V;
@@ -157,7 +158,7 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, const std::st
   cuda::DeviceBuffer<uint16_t> z(std::span<const uint16_t>(z_host.data(), z_host.size()));
   const std::vector<float> norm_host(size_t(V), 1.0f);
   cuda::DeviceBuffer<float> norm_weight(std::span<const float>(norm_host.data(), norm_host.size()));
-  // The conv's taps, its state pool (the recurrent state's slots) and, unfused, its output.
+  // The conv's taps, its state pool (the recurrent state's slots) and its output.
   std::vector<float> taps(size_t(row) * 4);
   for (size_t i = 0; i < taps.size(); ++i) taps[i] = 0.25f * float(int(i % 7) - 3);
   cuda::DeviceBuffer<float> conv_weight(std::span<const float>(taps.data(), taps.size()));
@@ -191,7 +192,6 @@ nlohmann::json bench_decode(const di_gdn_geometry& geo, int batch, const std::st
     p.out = out.data();
     p.scale = 1.0f / std::sqrt(float(K));
     if (normed) p.z = z.data(), p.norm_weight = norm_weight.data();
-    if (form == "conv_fused") p.conv_weight = conv_weight.data(), p.conv_state = conv_state.data();
     if (form == "conv_then_normed") {
       const gdn::ConvParams c{.x = qkv[size_t(rep % sets)].data(), .weight = conv_weight.data(),
                               .conv_state = conv_state.data(), .cu_seqlens = cu_seqlens.data(),
@@ -258,9 +258,9 @@ int main(int argc, char** argv) {
   bool decode_only = false;
   app.add_option("--decode-batches", decode_batches, "the decode step's batch sizes")->delimiter(',');
   app.add_option("--decode-forms", decode_forms,
-                 "what a decode measurement runs: plain, normed (the output norm fused in), conv_then_normed (the "
-                 "one-token conv kernel, then the normed step), conv_fused (the conv fused in too, as the engine "
-                 "runs it); several are timed in A B .. B A order")
+                 "what a decode measurement runs: plain, normed (the output norm fused in, as the engine runs it), "
+                 "conv_then_normed (the one-token conv kernel, then the normed step); several are timed in A B .. "
+                 "B A order")
       ->delimiter(',')
       ->check(CLI::IsMember(bench::kDecodeForms));
   app.add_flag("--decode-only", decode_only, "only the decode step (no prefill backend)");

@@ -912,37 +912,6 @@ Ops::NormedGdnOutput CudaOps::gdn_delta_rule_normed(const Tensor& qkv, const Ten
   return {Tensor(), ProjectionInput(std::move(y))};
 }
 
-Ops::GdnCoreOutput CudaOps::gdn_core(const Tensor& mixed_qkv, const TensorView& conv_weight, const Tensor& a,
-                                     const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
-                                     const Tensor& z, const TensorView& norm_weight, double eps, const BatchPlan& plan,
-                                     int64_t gdn_layer) {
-  // A decode step of up to 16 sequences convolves the token inside the recurrent step (with the norm;
-  // 4 taps); anything else runs the conv kernel first. The bits are the same either way. From 32
-  // sequences the fused step, a CTA pair per key head, took longer than the conv kernel and the step
-  // of a CTA pair per value head together (docs/benchmarks/decode.md).
-  constexpr int64_t kFusedConvMaxSeqs = 16;
-  const bool fused = step_ && step_->decode && step_->num_seqs <= kFusedConvMaxSeqs &&
-                     gdn::gdn_decode_step_fuses_output_norm() && gdn::gdn_decode_step_fuses_conv(gdn_geometry(config_)) &&
-                     config_.linear_conv_kernel_dim == 4;
-  if (!fused) return Ops::gdn_core(mixed_qkv, conv_weight, a, b, A_log, dt_bias, z, norm_weight, eps, plan, gdn_layer);
-  check_gdn_inputs(mixed_qkv, a, b, plan, gdn_layer, "gdn_core");
-  const int64_t N = step_->n_tokens, Hv = config_.linear_num_value_heads, dv = config_.linear_value_head_dim;
-  check_cuda_tensor(z, DType::bf16, "gdn_core z");
-  DI_CHECK(z.numel() == N * Hv * dv, "gdn_core: z of shape {} for {} tokens", shape_str(z.shape()), N);
-  DI_CHECK(norm_weight.numel() == dv, "gdn_core: norm weight of {} elements for heads of {}", norm_weight.numel(), dv);
-  DI_CHECK(conv_weight.numel() == config_.gdn_conv_dim() * 4, "gdn_core: conv weight of {} elements for {} channels",
-           conv_weight.numel(), config_.gdn_conv_dim());
-  Tensor y = new_tensor({N, Hv * dv}, DType::bf16);
-  gdn::GdnDecodeParams p = gdn_decode_params(mixed_qkv, a, b, A_log, dt_bias, gdn_layer, y);
-  p.z = z.data();
-  p.norm_weight = device_param_f32(norm_weight, "gated norm");
-  p.norm_eps = float(eps);
-  p.conv_weight = device_param_f32(conv_weight, "conv1d");
-  p.conv_state = conv_pool(gdn_layer);
-  check_launch(gdn::launch_gdn_decode_step(p, stream()), "gdn_decode_step (conv and output norm fused)");
-  return {Tensor(), Tensor(), ProjectionInput(std::move(y))};
-}
-
 Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
                                const TensorView& dt_bias, const BatchPlan& plan, int64_t gdn_layer) {
   check_gdn_inputs(qkv, a, b, plan, gdn_layer, "gdn_delta_rule");

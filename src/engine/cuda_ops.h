@@ -85,9 +85,6 @@ class CudaOps final : public Ops {
   NormedGdnOutput gdn_delta_rule_normed(const Tensor& qkv, const Tensor& a, const Tensor& b, const TensorView& A_log,
                                         const TensorView& dt_bias, const Tensor& z, const TensorView& norm_weight,
                                         double eps, const BatchPlan& plan, int64_t gdn_layer) override;
-  GdnCoreOutput gdn_core(const Tensor& mixed_qkv, const TensorView& conv_weight, const Tensor& a, const Tensor& b,
-                         const TensorView& A_log, const TensorView& dt_bias, const Tensor& z,
-                         const TensorView& norm_weight, double eps, const BatchPlan& plan, int64_t gdn_layer) override;
 
   void split_q_gate(const Tensor& q_and_gate, int64_t head_dim, Tensor& q, Tensor& gate) override;
   void attention_qk_norm(const Tensor& q_and_gate, const Tensor& k_proj, const TensorView& q_norm,

@@ -53,14 +53,14 @@ Qwen35Model::OutputProjection Qwen35Model::gdn_mixer(int64_t layer, const GdnWei
   const Tensor& b = in[2];                                                   //                      [N, Hv]
   const Tensor& a = in[3];                                                   //                      [N, Hv]
   trace(name + "mixed", mixed);
+  Tensor qkv = ops.gdn_conv1d_silu(mixed, G.conv1d, plan, gdn_layer);        // silu(causal_conv(mixed))
+  trace(name + "qkv", qkv);
   // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); q, k L2-normalised, q scaled by dk^-0.5
-  auto [qkv, o, y] = ops.gdn_core(mixed, G.conv1d, a, b, G.A_log, G.dt_bias, z, G.norm, c.rms_norm_eps, plan,
-                                  gdn_layer);                               // qkv = silu(causal_conv(mixed))
+  auto [o, y] = ops.gdn_delta_rule_normed(qkv, a, b, G.A_log, G.dt_bias, z, G.norm, c.rms_norm_eps, plan, gdn_layer);
                                                                              // S_t = (I - b k k^T) e^g S + b k v^T
                                                                              // o_t = S_t^T q_t     [N, Hv*dv]
                                                                              // y = norm(o) * w * silu(z)
-  if (qkv.defined()) trace(name + "qkv", qkv);                              // (no qkv or o of their own
-  if (o.defined()) trace(name + "core", o);                                 //  where fused)
+  if (o.defined()) trace(name + "core", o);                                 // (no o of its own when fused)
   trace(name + "normed", y, ops);
   return {std::move(y), &G.out_proj};                                        // out_proj(y)          [N, H]
 }

@@ -26,17 +26,6 @@
 // distributed shared memory) in the order the gated norm kernel sums a 128-wide row, one warp per
 // row (kernels/norm/norm_rows.cuh), so the factor and the output are that kernel's bits. The state
 // is updated and stored between the barrier's arrival and its wait, which hides the exchange.
-//
-// The conv (kConv, with the norm): qkv is then the conv's input, and the step computes the token's
-// conv outputs itself, as the one-token conv kernel does (gdn/prep.cu), rather than reading them
-// from that kernel's output: one launch and one dependent round trip fewer per layer. The q and k
-// channels of a key head are read by all its value heads, and the old conv state may be replaced
-// only once every reader has it; so a CTA pair (a cluster, one CTA per half as above) serves a whole
-// key head, 4 warps per value head, and the first CTA replaces the q and k states after the cluster
-// barrier. (Clusters of 2 Hv/Hk CTAs, one per half head, measured 3 us slower at 8 and 16 sequences:
-// the GPU holds 124 clusters of 4 at once against 264 of 2.) The threads convolve the 256 q and k
-// channels and the CTA's v columns into shared memory, their states and taps staged there before
-// the wait; after a CTA barrier every warp reads them as it read the conv's output.
 #include "gdn/decode_step.h"
 
 #include <cuda_bf16.h>
@@ -59,8 +48,6 @@ constexpr int kColsPerCta = kWarps * kColsPerWarp;  // 64
 constexpr int kCtasPerHead = kHeadDim / kColsPerCta;
 constexpr int kKeysPerThread = 16;
 constexpr float kNormEps = 1e-6f;
-constexpr int kConvTaps = 4;            // the fused conv's kernel size (every Qwen3.5 model's)
-constexpr int kMaxHeadsPerKeyHead = 4;  // the fused conv's CTAs: 4 warps per value head of a key head
 
 using kernels::bf16_hi;
 using kernels::bf16_lo;
@@ -93,67 +80,20 @@ struct StateBlock {
   __device__ bool writes_output() const { return kKeyContiguous ? lane % 8 == 0 : lane / 4 == 0; }
 };
 
-// The conv of one channel for one token, as conv1d_silu_one_token_kernel computes it: the output
-// bf16(silu(bf16(sum_j w_j ctx_j))) over ctx = [state 1..3 | x] (state: the channel's 4 newest
-// earlier inputs, bf16, oldest first), and the state that replaces it, [state 1..3 | x].
-struct ConvChannel {
-  uint2 state;  // 4 bf16
-  uint16_t x;   // the token's input
-  float4 taps;
-  __device__ float output() const {
-    const float ctx[kConvTaps] = {bf16_hi(state.x), bf16_lo(state.y), bf16_hi(state.y),
-                                  __uint_as_float(uint32_t(x) << 16)};
-    const float w[kConvTaps] = {taps.x, taps.y, taps.z, taps.w};
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kConvTaps; ++j) acc += w[j] * ctx[j];
-    return round_bf16(kernels::silu(round_bf16(acc)));
-  }
-  __device__ uint2 next_state() const {
-    return make_uint2((state.x >> 16) | (state.y << 16), (state.y >> 16) | (uint32_t(x) << 16));
-  }
-};
-
-// A channel's state and taps in shared memory, copied there ahead of the wait (they do not depend on
-// the kernel ahead), each by the thread that convolves the channel.
-struct ConvStaging {
-  uint2 state;
-  float4 taps;
-};
-constexpr int kQkChannels = 2 * kHeadDim;  // a key head's q and k channels
-__device__ __forceinline__ void stage_conv_channel(const GdnDecodeParams& p, const uint2* conv_state, int64_t c,
-                                                   ConvStaging& to) {
-  kernels::cp_async_8(&to.state, conv_state + c);
-  kernels::cp_async_16(&to.taps, p.conv_weight + c * kConvTaps, 16);
-}
-
-template <di_gdn_state_layout Layout, bool kNormed, bool kConv>
-__global__ void __launch_bounds__(kConv ? kThreads * kMaxHeadsPerKeyHead : kThreads)
-    gdn_decode_step_kernel(const GdnDecodeParams p) {
-  static_assert(kNormed || !kConv, "the fused conv runs in the norm's clusters");
-  constexpr int kHeadsPerCta = kConv ? kMaxHeadsPerKeyHead : 1;  // at most
-  __shared__ float q_norm[kWarps * kHeadsPerCta][kHeadDim];  // per warp: the normalised q and k of the token
-  __shared__ float k_norm[kWarps * kHeadsPerCta][kHeadDim];
-  __shared__ __align__(16) float o_half[kHeadsPerCta][kColsPerCta];  // kNormed: each head's part of o, bf16-rounded
-  // kConv: the conv's outputs (the key head's q and k, the CTA's v columns) and its staged inputs.
-  __shared__ float conv_qk[kConv ? kQkChannels : 1], conv_v[kConv ? kHeadsPerCta * kColsPerCta : 1];
-  __shared__ __align__(16) ConvStaging staging_qk[kConv ? kQkChannels : 1];
-  __shared__ __align__(16) ConvStaging staging_v[kConv ? kHeadsPerCta * kColsPerCta : 1];
+template <di_gdn_state_layout Layout, bool kNormed>
+__global__ void __launch_bounds__(kThreads) gdn_decode_step_kernel(const GdnDecodeParams p) {
+  __shared__ float q_norm[kWarps][kHeadDim];  // per warp: the normalised q and k of the token
+  __shared__ float k_norm[kWarps][kHeadDim];
+  __shared__ __align__(16) float o_half[kColsPerCta];  // kNormed: this CTA's half of o, bf16-rounded
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads, ratio = Hv / Hk;
+  const int Hk = p.geometry.num_k_heads, Hv = p.geometry.num_v_heads;
   const int part = int(blockIdx.x % kCtasPerHead);
-  // A CTA pair serves (sequence, value head) or, with the conv, (sequence, key head): then its warps
-  // take the key head's value heads four at a time, head_in_cta = warp / 4.
-  const int heads_apart = kConv ? Hk : Hv;
-  const int group = int((blockIdx.x / kCtasPerHead) % uint32_t(heads_apart));
-  const int seq = int(blockIdx.x / (uint32_t(kCtasPerHead) * uint32_t(heads_apart)));
-  const int head_in_cta = kConv ? warp / kWarps : 0;
-  const int head = kConv ? group * ratio + head_in_cta : group;
-  const int key_head = kConv ? group : head / ratio;
+  const int head = int((blockIdx.x / kCtasPerHead) % Hv);
+  const int seq = int(blockIdx.x / (uint32_t(kCtasPerHead) * uint32_t(Hv)));
+  const int key_head = head / (Hv / Hk);
   const StateBlock<Layout> block{lane};
-  const int col_in_part = (warp % kWarps) * kColsPerWarp + 4 * block.col_quad();
-  const int col0 = part * kColsPerCta + col_in_part;  // first of the thread's 4 columns
+  const int col0 = part * kColsPerCta + warp * kColsPerWarp + 4 * block.col_quad();  // first of 4 columns
 
   bf16* const out = static_cast<bf16*>(p.out) + (int64_t(seq) * Hv + head) * kHeadDim + col0;
   // Launched early (programmatic dependent launch), this kernel may start while the kernel ahead (the
@@ -170,26 +110,7 @@ __global__ void __launch_bounds__(kConv ? kThreads * kMaxHeadsPerKeyHead : kThre
   }
   float* const state = p.state + (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
 
-  // The conv (kConv): the key head's 256 q and k channels, then the CTA's v columns (64 a value
-  // head), one or two per thread; their states and taps on their way to shared memory before the
-  // wait, and ahead of the recurrent state, so that they have landed when the token's input has.
-  const int t = threadIdx.x, threads = int(blockDim.x);
-  auto qk_channel = [&](int i) {  // i < 256: q (i < 128), then k, of the key head
-    return int64_t(i < kHeadDim ? key_head : Hk + key_head) * kHeadDim + i % kHeadDim;
-  };
-  const int v_columns = ratio * kColsPerCta;
-  auto v_channel = [&](int i) {  // i < v_columns
-    return int64_t(2 * Hk + key_head * ratio + i / kColsPerCta) * kHeadDim + part * kColsPerCta + i % kColsPerCta;
-  };
-  uint2* conv_state = nullptr;
-  if constexpr (kConv) {
-    conv_state = static_cast<uint2*>(p.conv_state) + slot * (int64_t(2 * Hk + Hv) * kHeadDim);  // [C] of 4 bf16
-    for (int i = t; i < kQkChannels; i += threads) stage_conv_channel(p, conv_state, qk_channel(i), staging_qk[i]);
-    if (t < v_columns) stage_conv_channel(p, conv_state, v_channel(t), staging_v[t]);
-    kernels::cp_async_commit();
-  }
-
-  // Then the state loads: they are the traffic, everything else hides under them.
+  // Issue the state loads first: they are the traffic, everything else hides under them.
   float S[kKeysPerThread][4];
   if constexpr (StateBlock<Layout>::kKeyContiguous) {
 #pragma unroll
@@ -218,48 +139,16 @@ __global__ void __launch_bounds__(kConv ? kThreads * kMaxHeadsPerKeyHead : kThre
 
   // q, k = x * rsqrt(sum x^2 + eps) (each warp for itself: lane l holds elements 4l .. 4l+3).
   const bf16* const row = static_cast<const bf16*>(p.qkv) + int64_t(seq) * p.qkv_row_stride;
-  // Every input of the token issued at once (one round trip): q, k, v (or the conv's inputs), a, b.
-  const uint16_t* const raw = reinterpret_cast<const uint16_t*>(row);
-  uint16_t x_qk[2] = {}, x_v = 0;  // kConv: the inputs of this thread's channels
+  // Every input of the token issued at once (one round trip): q, k, v, a and b.
   float q_raw[4], k_raw[4], v[4];
-  if constexpr (kConv) {
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-      if (t + n * threads < kQkChannels) x_qk[n] = raw[qk_channel(t + n * threads)];
-    if (t < v_columns) x_v = raw[v_channel(t)];
-  } else {
-    load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
-    load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
-    load_bf16x4(row + 2 * Hk * kHeadDim + head * kHeadDim + col0, v);
-  }
+  load_bf16x4(row + key_head * kHeadDim + 4 * lane, q_raw);
+  load_bf16x4(row + (Hk + key_head) * kHeadDim + 4 * lane, k_raw);
+  load_bf16x4(row + 2 * Hk * kHeadDim + head * kHeadDim + col0, v);
   const int64_t gate = int64_t(seq) * Hv + head;
   const float a = __bfloat162float(static_cast<const bf16*>(p.a)[gate]);
   const float b = __bfloat162float(static_cast<const bf16*>(p.b)[gate]);
   float z[4];
   if constexpr (kNormed) load_bf16x4(static_cast<const bf16*>(p.z) + gate * kHeadDim + col0, z);
-  ConvChannel conv_of_qk[2], conv_of_v;  // kConv: this thread's channels, for their new states
-  if constexpr (kConv) {  // the conv's outputs through shared memory, then read as the conv kernel's
-    kernels::cp_async_wait_all();  // this thread's own copies: no barrier needed to read them
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const int i = t + n * threads;
-      if (i < kQkChannels) {
-        conv_of_qk[n] = ConvChannel{staging_qk[i].state, x_qk[n], staging_qk[i].taps};
-        conv_qk[i] = conv_of_qk[n].output();
-      }
-    }
-    if (t < v_columns) {
-      conv_of_v = ConvChannel{staging_v[t].state, x_v, staging_v[t].taps};
-      conv_v[t] = conv_of_v.output();
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      q_raw[i] = conv_qk[4 * lane + i];
-      k_raw[i] = conv_qk[kHeadDim + 4 * lane + i];
-      v[i] = conv_v[head_in_cta * kColsPerCta + col_in_part + i];
-    }
-  }
   float qq = 0.f, kk = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) qq = fmaf(q_raw[i], q_raw[i], qq), kk = fmaf(k_raw[i], k_raw[i], kk);
@@ -311,7 +200,7 @@ __global__ void __launch_bounds__(kConv ? kThreads * kMaxHeadsPerKeyHead : kThre
   }
   if constexpr (kNormed) {
     if (block.writes_output()) {
-      *reinterpret_cast<float4*>(&o_half[head_in_cta][col_in_part]) =
+      *reinterpret_cast<float4*>(&o_half[col0 - part * kColsPerCta]) =
           make_float4(round_bf16(o[0]), round_bf16(o[1]), round_bf16(o[2]), round_bf16(o[3]));
     }
     kernels::cluster_arrive_release();
@@ -342,17 +231,10 @@ __global__ void __launch_bounds__(kConv ? kThreads * kMaxHeadsPerKeyHead : kThre
     // The head's o in the gated norm's order: lane l sums elements l, l + 32 (half 0) and l + 64,
     // l + 96 (half 1), then the warp's butterfly; every warp gets the same factor.
     kernels::cluster_wait();
-    if constexpr (kConv) {
-      // Both CTAs of the key head have read its old conv states: replace them (q and k by the first).
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-        if (part == 0 && t + n * threads < kQkChannels) conv_state[qk_channel(t + n * threads)] = conv_of_qk[n].next_state();
-      if (t < v_columns) conv_state[v_channel(t)] = conv_of_v.next_state();
-    }
     kernels::StridedRow<4> row_o;
 #pragma unroll
     for (int half = 0; half < kCtasPerHead; ++half) {
-      const float* src = kernels::in_cluster_block(&o_half[head_in_cta][0], half);
+      const float* src = kernels::in_cluster_block(o_half, half);
       row_o.v[2 * half] = src[lane];
       row_o.v[2 * half + 1] = src[lane + 32];
     }
@@ -389,32 +271,18 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
   const bool normed = p.norm_weight != nullptr;
   if (normed && (p.z == nullptr || !aligned(p.z, 8) || !aligned(p.norm_weight, 16))) return cudaErrorInvalidValue;
   if (normed && !kernels::clusters_supported()) return cudaErrorNotSupported;
-  const bool conv = p.conv_weight != nullptr;
-  if (conv && (!normed || p.conv_state == nullptr || !aligned(p.conv_state, 8) || !aligned(p.conv_weight, 16)))
-    return cudaErrorInvalidValue;
-  if (conv && !gdn_decode_step_fuses_conv(g)) return cudaErrorNotSupported;
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   const bool kv = p.state_layout == DI_GDN_STATE_KV;
-  if (conv)  // a CTA pair per key head, 4 warps per value head (see the design note)
-    return kernels::launch_early_in_clusters(
-        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true, true>,
-        dim3(unsigned(int64_t(p.num_seqs) * g.num_k_heads * kCtasPerHead)),
-        dim3(unsigned(kThreads * (g.num_v_heads / g.num_k_heads))), kCtasPerHead, 0, stream, p);
   if (normed)  // a head's two CTAs in one cluster (see the design note)
     return kernels::launch_early_in_clusters(
-        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true, false>,
+        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true>,
         dim3(unsigned(ctas)), dim3(kThreads), kCtasPerHead, 0, stream, p);
   return kernels::launch_early(
-      kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false, false>,
+      kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false>,
       dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
 }
 
 bool gdn_decode_step_fuses_output_norm() { return kernels::clusters_supported(); }
-
-bool gdn_decode_step_fuses_conv(const di_gdn_geometry& g) {
-  return kernels::clusters_supported() && g.num_k_heads > 0 && g.num_v_heads % g.num_k_heads == 0 &&
-         g.num_v_heads / g.num_k_heads <= kMaxHeadsPerKeyHead;
-}
 
 }  // namespace di::gdn

@@ -40,14 +40,6 @@ struct GdnDecodeParams {
   const void* z = nullptr;
   const float* norm_weight = nullptr;
   float norm_eps = 1e-6f;
-  // The conv fused in, when conv_weight is set (with the norm only, and where
-  // gdn_decode_step_fuses_conv() says so): qkv is then the conv's input, the input projection's
-  // [q | k | v] row before the conv, and the step does for it what launch_conv1d_silu does for one
-  // token a sequence (gdn/prep.h), bit for bit, 4 taps: each channel's output
-  // bf16(silu(bf16(sum_j w[c, j] ctx[c, j]))) over ctx = the channel's 3 newest earlier inputs and
-  // the token's, and the sequence's conv state shifted to hold its 4 newest inputs.
-  const float* conv_weight = nullptr;  // f32 [C, 4], C = 2 Hk K + Hv V
-  void* conv_state = nullptr;          // bf16 pool [slots, C, 4] (the recurrent state's slots)
 };
 
 // Enqueues the step on the stream. cudaErrorInvalidValue (nothing launched) for an unsupported
@@ -55,13 +47,9 @@ struct GdnDecodeParams {
 // vector accesses: qkv and out 8-byte aligned with qkv_row_stride a multiple of 4, state 16-byte
 // aligned; with norm_weight set, z must be set and 8-byte aligned and norm_weight 16-byte aligned.
 // cudaErrorNotSupported for the fused norm on a device without thread block clusters (before compute
-// capability 9.0) and for the fused conv where gdn_decode_step_fuses_conv() says no; with
-// conv_weight set, the norm must be too, and conv_state set and 8-byte aligned, conv_weight 16. Otherwise the launch status. No host synchronisation, no allocation.
+// capability 9.0). Otherwise the launch status. No host synchronisation, no allocation.
 cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream);
 // Whether the current device runs the step with the output norm fused in (norm_weight set).
 bool gdn_decode_step_fuses_output_norm();
-// Whether it runs the conv fused in too (conv_weight set) for this geometry: a key head's CTAs, two
-// per value head, must fit one thread block cluster (at most 4 value heads per key head).
-bool gdn_decode_step_fuses_conv(const di_gdn_geometry& geometry);
 
 }  // namespace di::gdn

@@ -164,21 +164,6 @@ class Ops {
     ProjectionInput y = ProjectionInput::gated_rms_normed(o, z, norm_weight, eps);
     return {std::move(o), std::move(y)};
   }
-  // gdn_conv1d_silu on the input projection's [Q|K|V] rows, then gdn_delta_rule_normed: the mixer's
-  // core. One op, so that an implementation can fuse the conv into the recurrence too (the CUDA
-  // decode step does); qkv and o are the intermediates where they exist on their own, else undefined.
-  struct GdnCoreOutput {
-    Tensor qkv;
-    Tensor o;
-    ProjectionInput y;
-  };
-  virtual GdnCoreOutput gdn_core(const Tensor& mixed_qkv, const TensorView& conv_weight, const Tensor& a,
-                                 const Tensor& b, const TensorView& A_log, const TensorView& dt_bias, const Tensor& z,
-                                 const TensorView& norm_weight, double eps, const BatchPlan& plan, int64_t gdn_layer) {
-    Tensor qkv = gdn_conv1d_silu(mixed_qkv, conv_weight, plan, gdn_layer);
-    auto [o, y] = gdn_delta_rule_normed(qkv, a, b, A_log, dt_bias, z, norm_weight, eps, plan, gdn_layer);
-    return {std::move(qkv), std::move(o), std::move(y)};
-  }
 
   // --- Gated full attention -----------------------------------------------------------------
   // q_proj output [N, Hq*2*D] (per head [q | gate]) -> q [N, Hq*D], gate [N, Hq*D]

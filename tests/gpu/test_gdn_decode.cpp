@@ -8,8 +8,6 @@
 //     same T tokens;
 //   - the output norm fused in (norm_weight set): bit for bit the plain step followed by
 //     launch_gated_rms_norm, output and states, padding rows included;
-//   - the conv fused in too (conv_weight set): bit for bit the one-token conv kernel followed by the
-//     normed step, outputs and both states, at 1 to 4 value heads per key head;
 //   - argument checks (run without a GPU).
 // Inputs are fresh random numbers each run; DI_TEST_SEED replays a failure.
 #include "gdn/decode_step.h"
@@ -31,7 +29,6 @@
 #include "core/cuda.h"
 #include "core/tensor.h"
 #include "gdn/baseline_prefill.h"
-#include "gdn/prep.h"
 #include "gpu/gdn_test_support.h"
 #include "gpu/gpu_test.h"
 #include "kernels/gdn/prep_ref.h"
@@ -471,116 +468,6 @@ TEST_P(GdnDecodeBatch, NormedStepEqualsStepThenGatedNorm) {
   });
 }
 
-// ---------------------------------------------------------------------------------------------
-// The conv fused in (conv_weight set): bit for bit the one-token conv kernel, then the normed step:
-// outputs, recurrent states and conv states, padding rows included, at 1 to 4 value heads per key
-// head (CTAs of 4 to 16 warps).
-
-void check_conv_fused_step(const di_gdn_geometry& geo, int num_seqs, di_gdn_state_layout layout,
-                           const std::vector<int32_t>& slots, int pool_slots, cudaStream_t stream, std::mt19937& rng) {
-  const int Hv = geo.num_v_heads;
-  const int64_t C = row_width(geo);
-  const size_t outputs = size_t(num_seqs) * Hv * kDim;
-  const GateParams gates = make_gate_params(Hv, rng);
-  const StepInputs in = random_step(geo, num_seqs, rng);
-  std::vector<uint16_t> mixed(size_t(num_seqs) * size_t(C));  // the conv's input rows, [N, C]
-  for (int s = 0; s < num_seqs; ++s)
-    std::copy_n(in.qkv.begin() + s * in.row_stride, C, mixed.begin() + s * C);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> z(outputs);
-  for (auto& x : z) x = f32_to_bf16(normal(rng));
-  std::vector<float> weight(kDim), taps(size_t(C) * 4);  // bf16-exact, as the checkpoint's
-  for (auto& w : weight) w = round_bf16(1.0f + 0.3f * normal(rng));
-  for (auto& w : taps) w = round_bf16(0.5f * normal(rng));
-  // One slot more than the pool: the conv kernel has no padding rows, so it convolves those into
-  // that spare slot, which the fused step must leave alone like every other slot of no sequence.
-  const int spare = pool_slots;
-  std::vector<int32_t> conv_slots = slots;
-  for (auto& slot : conv_slots) slot = slot < 0 ? spare : slot;
-  const size_t conv_per_slot = size_t(C) * 4;
-  std::vector<uint16_t> conv_before(size_t(pool_slots + 1) * conv_per_slot);
-  for (auto& x : conv_before) x = f32_to_bf16(normal(rng));
-  const std::vector<float> pool_before = to_layout(random_pool(size_t(pool_slots) * Hv, rng), layout);
-
-  const cuda::DeviceBuffer<uint16_t> mixed_d{std::span<const uint16_t>(mixed)};
-  const cuda::DeviceBuffer<uint16_t> a_d{std::span<const uint16_t>(in.a)}, b_d{std::span<const uint16_t>(in.b)};
-  const cuda::DeviceBuffer<float> A_log{std::span<const float>(gates.A_log)};
-  const cuda::DeviceBuffer<float> dt_bias{std::span<const float>(gates.dt_bias)};
-  const cuda::DeviceBuffer<int32_t> slot_buf{std::span<const int32_t>(slots)};
-  const cuda::DeviceBuffer<int32_t> conv_slot_buf{std::span<const int32_t>(conv_slots)};
-  const cuda::DeviceBuffer<uint16_t> z_d{std::span<const uint16_t>(z)};
-  const cuda::DeviceBuffer<float> weight_d{std::span<const float>(weight)}, taps_d{std::span<const float>(taps)};
-  std::vector<int32_t> cu(size_t(num_seqs) + 1);
-  std::vector<int32_t> token_seq(static_cast<size_t>(num_seqs));
-  std::iota(cu.begin(), cu.end(), 0);
-  std::iota(token_seq.begin(), token_seq.end(), 0);
-  const cuda::DeviceBuffer<int32_t> cu_d{std::span<const int32_t>(cu)}, token_seq_d{std::span<const int32_t>(token_seq)};
-  auto step_params = [&](const void* qkv, cuda::DeviceBuffer<float>& pool, cuda::DeviceBuffer<uint16_t>& y) {
-    GdnDecodeParams p{};
-    p.geometry = geo;
-    p.state_layout = layout;
-    p.num_seqs = num_seqs;
-    p.qkv = qkv;
-    p.qkv_row_stride = C;
-    p.a = a_d.data(), p.b = b_d.data();
-    p.A_log = A_log.data(), p.dt_bias = dt_bias.data();
-    p.state = pool.data();
-    p.state_indices = slot_buf.data();
-    p.out = y.data();
-    p.scale = kScale;
-    p.z = z_d.data(), p.norm_weight = weight_d.data(), p.norm_eps = 1e-6f;
-    return p;
-  };
-
-  // The conv kernel, then the normed step on its output.
-  cuda::DeviceBuffer<uint16_t> conv_plain{std::span<const uint16_t>(conv_before)}, qkv(size_t(num_seqs) * size_t(C));
-  cuda::DeviceBuffer<float> pool_plain{std::span<const float>(pool_before)};
-  cuda::DeviceBuffer<uint16_t> y_plain(outputs);
-  qkv.fill_bytes(0xFF), y_plain.fill_bytes(0xFF);
-  const ConvParams conv{.x = mixed_d.data(), .weight = taps_d.data(), .conv_state = conv_plain.data(),
-                        .cu_seqlens = cu_d.data(), .token_seq = token_seq_d.data(), .seq_slot = conv_slot_buf.data(),
-                        .out = qkv.data(), .tokens = num_seqs, .num_seqs = num_seqs, .channels = int32_t(C),
-                        .kernel = 4, .one_token_each = true};
-  ASSERT_EQ(launch_conv1d_silu(conv, stream), cudaSuccess);
-  ASSERT_EQ(launch_gdn_decode_step(step_params(qkv.data(), pool_plain, y_plain), stream), cudaSuccess);
-
-  // The fused step from the same states.
-  cuda::DeviceBuffer<uint16_t> conv_fused{std::span<const uint16_t>(conv_before)};
-  cuda::DeviceBuffer<float> pool_fused{std::span<const float>(pool_before)};
-  cuda::DeviceBuffer<uint16_t> y_fused(outputs);
-  y_fused.fill_bytes(0xFF);
-  GdnDecodeParams p = step_params(mixed_d.data(), pool_fused, y_fused);
-  p.conv_weight = taps_d.data(), p.conv_state = conv_fused.data();
-  ASSERT_EQ(launch_gdn_decode_step(p, stream), cudaSuccess);
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-
-  const std::vector<uint16_t> want = y_plain.download(), got = y_fused.download();
-  size_t mismatched = 0, first = outputs;
-  for (size_t i = 0; i < outputs; ++i)
-    if (got[i] != want[i]) first = std::min(first, i), ++mismatched;
-  EXPECT_EQ(mismatched, 0u) << "outputs differ from conv + normed step; first at " << first;
-  EXPECT_TRUE(pool_fused.download() == pool_plain.download()) << "the recurrent states differ";
-  std::vector<uint16_t> conv_want = conv_plain.download(), conv_got = conv_fused.download();
-  std::copy_n(conv_before.begin() + ptrdiff_t(spare * conv_per_slot), conv_per_slot,
-              conv_want.begin() + ptrdiff_t(spare * conv_per_slot));  // the spare slot: as it was
-  size_t conv_mismatched = 0;
-  for (size_t i = 0; i < conv_want.size(); ++i) conv_mismatched += conv_got[i] != conv_want[i];
-  EXPECT_EQ(conv_mismatched, 0u) << "conv states differ from the conv kernel's (or a slot of no sequence changed)";
-}
-
-TEST_P(GdnDecodeBatch, ConvFusedEqualsConvThenNormedStep) {
-  for (const di_gdn_geometry geo : {kQwenSmall, di_gdn_geometry{4, 16, kDim, kDim}, di_gdn_geometry{2, 6, kDim, kDim},
-                                     di_gdn_geometry{4, 4, kDim, kDim}}) {
-    SCOPED_TRACE(fmt::format("heads {}/{}", geo.num_k_heads, geo.num_v_heads));
-    ASSERT_TRUE(gdn_decode_step_fuses_conv(geo));
-    in_both_layouts(3, [&](di_gdn_state_layout layout, std::vector<int32_t> slots, int pool_slots) {
-      if (slots.size() > 2) slots[slots.size() / 2] = -1;  // a padding row among them
-      check_conv_fused_step(geo, GetParam(), layout, slots, pool_slots, stream_, rng_);
-    });
-  }
-  EXPECT_FALSE(gdn_decode_step_fuses_conv(di_gdn_geometry{2, 10, kDim, kDim})) << "5 value heads a key head: 10 CTAs";
-}
-
 INSTANTIATE_TEST_SUITE_P(GdnDecode, GdnDecodeBatch, ::testing::Values(1, 2, 7, 64, 300),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "batch" + std::to_string(info.param);
@@ -625,21 +512,6 @@ TEST(GdnDecodeArgs, InvalidParamsAreRefused) {
       {"z misaligned", [](GdnDecodeParams& p) {
          p.norm_weight = p.A_log;
          p.z = static_cast<const char*>(p.a) + 2;
-       }},
-      {"conv without the norm", [](GdnDecodeParams& p) {
-         p.conv_weight = p.A_log;
-         p.conv_state = p.state;
-       }},
-      {"conv without its state", [](GdnDecodeParams& p) {
-         p.norm_weight = p.A_log;
-         p.z = p.a;
-         p.conv_weight = p.A_log;
-       }},
-      {"conv weight misaligned", [](GdnDecodeParams& p) {
-         p.norm_weight = p.A_log;
-         p.z = p.a;
-         p.conv_weight = p.A_log + 1;
-         p.conv_state = p.state;
        }},
       {"norm weight misaligned", [](GdnDecodeParams& p) {
          p.norm_weight = p.A_log + 1;
