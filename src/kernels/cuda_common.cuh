@@ -222,7 +222,7 @@ cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
 // Raises `kernel`'s limit of dynamic shared memory to `bytes` (a launch past 48 KB needs it) on the
-// current device; asked of the runtime once per device and kernel (cuda_launch_limits.cpp).
+// current device; asked of the runtime once per device, kernel and size (cuda_launch_limits.cpp).
 cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes);
 // How many blocks of `kernel`, `block_threads` threads and `smem` bytes of dynamic shared memory each,
 // the current device holds at once: the occupancy calculator's figure times the SMs, at least 1.

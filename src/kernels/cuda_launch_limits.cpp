@@ -10,49 +10,51 @@
 
 namespace di::kernels {
 
-cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
-  struct Allowed {
-    int device;
-    const void* kernel;
-    size_t bytes;
-  };
+namespace {
+
+// What the runtime said for one (device, kernel, threads, bytes), asked on first use.
+struct LaunchQuery {
+  int device;
+  const void* kernel;
+  int block_threads;
+  size_t bytes;
+  bool operator==(const LaunchQuery&) const = default;
+};
+
+// Remembers `ask(query)`'s answer (a value, or an error, which is not remembered) per query.
+template <typename Value, typename Ask>
+cudaError_t remembered(const void* kernel, int block_threads, size_t bytes, Value& value, Ask ask) {
   static std::mutex mutex;
-  static std::vector<Allowed> allowed;
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
+  static std::vector<std::pair<LaunchQuery, Value>> known;
+  LaunchQuery query{0, kernel, block_threads, bytes};
+  cudaError_t e = cudaGetDevice(&query.device);
   if (e != cudaSuccess) return e;
   const std::lock_guard<std::mutex> lock(mutex);
-  for (const Allowed& a : allowed)
-    if (a.device == device && a.kernel == kernel && a.bytes >= bytes) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  if (e == cudaSuccess) allowed.push_back({device, kernel, bytes});
+  for (const auto& [q, v] : known)
+    if (q == query) return value = v, cudaSuccess;
+  if ((e = ask(query, value)) == cudaSuccess) known.emplace_back(query, value);
   return e;
 }
 
-cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks) {
-  struct Known {
-    int device;
-    const void* kernel;
-    int block_threads;
-    size_t smem;
-    int64_t blocks;
-  };
-  static std::mutex mutex;
-  static std::vector<Known> known;
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Known& k : known)
-    if (k.device == device && k.kernel == kernel && k.block_threads == block_threads && k.smem == smem)
-      return blocks = k.blocks, cudaSuccess;
-  int sms = 0, per_sm = 0;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
-  if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, smem)) != cudaSuccess)
+}  // namespace
+
+cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
+  bool allowed = false;
+  return remembered(kernel, 0, bytes, allowed, [](const LaunchQuery& q, bool& ok) {
+    const cudaError_t e = cudaFuncSetAttribute(q.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q.bytes));
+    ok = e == cudaSuccess;
     return e;
-  blocks = std::max<int64_t>(1, int64_t(sms) * per_sm);
-  known.push_back({device, kernel, block_threads, smem, blocks});
-  return cudaSuccess;
+  });
+}
+
+cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks) {
+  return remembered(kernel, block_threads, smem, blocks, [](const LaunchQuery& q, int64_t& resident) {
+    int sms = 0, per_sm = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, q.kernel, q.block_threads, q.bytes);
+    resident = std::max<int64_t>(1, int64_t(sms) * per_sm);
+    return e;
+  });
 }
 
 }  // namespace di::kernels
