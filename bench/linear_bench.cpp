@@ -9,6 +9,9 @@
 // norm, the GDN output norm, attention's sigmoid gate), and cuBLASLt runs that op's kernel first.
 // --steps-in-flight 4 or 8 sets how many steps of weights each warp of the small-batch kernel keeps
 // in flight where it can choose (up to 8 rows, one weight per tile), rather than its own choice.
+// --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, and
+// --max-blocks caps the resident blocks (9 to 16 rows): how the time follows the number of 16-row
+// tiles and their spread over the SMs.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -67,8 +70,8 @@ struct WeightSet {
   std::vector<cuda::DeviceBuffer<uint16_t>> w;
 };
 
-nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, kernels::CublasLtGemm& gemm,
-                        cudaStream_t stream, std::mt19937_64& rng) {
+nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int64_t max_blocks,
+                        kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
   const Input input = fuse && M <= kFusedMaxRows ? c.fused : Input::plain;
   int64_t weight_elems = 0, out_elems = 0;
   for (int64_t n : c.features) weight_elems += n * c.K, out_elems += M * n;
@@ -124,6 +127,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
       for (size_t i = 0; i < c.features.size(); ++i)
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
       if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
+      p.max_blocks = max_blocks;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }
   };
@@ -161,7 +165,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
               static_cast<long long>(M), weight_bytes / 1e6, sb_us, sb_tbps, 100.0 * sb_tbps / kCopyTBps, cb_us,
               cb_tbps, 100.0 * cb_tbps / kCopyTBps, cb_us / sb_us);
   std::fflush(stdout);
-  return {{"case", name}, {"M", M}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
+  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
           {"small_batch_us", sb_us}, {"small_batch_tbps", sb_tbps}, {"cublaslt_us", cb_us},
           {"cublaslt_tbps", cb_tbps}, {"small_batch_ms_medians", {sb1.median_ms, sb2.median_ms}},
           {"cublaslt_ms_medians", {cb1.median_ms, cb2.median_ms}}, {"launches_per_rep", kLaunchesPerRep},
@@ -179,6 +183,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows = {1, 2, 4, 8, 16};
   bool fuse = false;
   int steps_in_flight = 0;
+  std::vector<int64_t> widths;
+  int64_t max_blocks = 0;
   app.add_option("--json", json_path, "write the report here");
   app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
   app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->check(CLI::Range(1, 16));
@@ -186,6 +192,12 @@ int main(int argc, char** argv) {
   app.add_option("--steps-in-flight", steps_in_flight,
                  "weight steps in flight per warp where the kernel may choose (4 or 8; default: its choice)")
       ->check(CLI::IsMember({4, 8}));
+  app.add_option("--features", widths,
+                 "run the chosen one-weight layers (or the SwiGLU pair) at these output widths instead")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--max-blocks", max_blocks, "at most this many resident blocks from 9 rows (0: as many as fit)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   CLI11_PARSE(app, argc, argv);
   try {
     cudaStream_t stream;
@@ -202,8 +214,21 @@ int main(int argc, char** argv) {
     int ran = 0;
     for (const Case& c : kCases) {
       if (std::string(c.name).find(only_layer) == std::string::npos) continue;
-      for (int64_t M : rows)
-        report["rows"].push_back(run_case(c, M, fuse, steps_in_flight, gemm, stream, rng)), ++ran;
+      std::vector<Case> variants = {c};
+      if (!widths.empty()) {
+        if (c.features.size() != 1 && !c.swiglu)
+          throw std::runtime_error(std::string("--features takes one-weight layers or the SwiGLU pair, not '") +
+                                   c.name + "' (choose with --layer)");
+        variants.clear();
+        for (int64_t n : widths) {
+          Case v = c;
+          for (auto& f : v.features) f = n;
+          variants.push_back(v);
+        }
+      }
+      for (const Case& v : variants)
+        for (int64_t M : rows)
+          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, gemm, stream, rng)), ++ran;
     }
     if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
