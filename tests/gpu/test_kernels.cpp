@@ -367,28 +367,37 @@ TEST_F(KernelTest, SmallBatchLinearEpilogues) {
 }
 
 // A row's result does not depend on the rows beside it: sixteen rows at once give, bit for bit, what
-// each gives alone (a sequence's decode tokens do not depend on its batch).
+// each gives alone (a sequence's decode tokens do not depend on its batch). For a lone weight, and for
+// the SwiGLU pair, whose 16-row launches pair the gate's rows with the up projection's in one operand.
 TEST_F(KernelTest, SmallBatchLinearRowsAreIndependentOfTheBatch) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t M = kernels::SmallBatchLinearParams::kMaxRows, N = 300, K = 2560;
-  const TestWeight w = random_weight(N, K, rng_);
+  const TestWeight w = random_weight(N, K, rng_), up = random_weight(N, K, rng_);
   const auto x = random_bf16_values(size_t(M * K), rng_);
   auto dx = device_bf16(x);
-  auto batched = poisoned_bf16(size_t(M * N));
-  kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1};
-  p.outputs[0] = {w.device.data(), batched.data(), N};
-  ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
-  sync();
-  const std::vector<uint16_t> all = batched.download();
-  for (int64_t m = 0; m < M; ++m) {
-    auto one = poisoned_bf16(size_t(N));
-    p.x = dx.data() + m * K;
-    p.rows = 1;
-    p.outputs[0].out = one.data();
+  for (const bool swiglu : {false, true}) {
+    SCOPED_TRACE(swiglu ? "swiglu" : "one weight");
+    auto batched = poisoned_bf16(size_t(M * N));
+    kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1};
+    p.outputs[0] = {w.device.data(), batched.data(), N};
+    if (swiglu) {
+      p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+      p.num_outputs = 2;
+      p.outputs[1] = {up.device.data(), nullptr, N};
+    }
     ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
     sync();
-    const std::vector<uint16_t> alone = one.download();
-    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + m * N)) << "row " << m;
+    const std::vector<uint16_t> all = batched.download();
+    for (int64_t m = 0; m < M; ++m) {
+      auto one = poisoned_bf16(size_t(N));
+      p.x = dx.data() + m * K;
+      p.rows = 1;
+      p.outputs[0].out = one.data();
+      ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+      sync();
+      const std::vector<uint16_t> alone = one.download();
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + m * N)) << "row " << m;
+    }
   }
 }
 

@@ -152,18 +152,20 @@ struct Tile {
   int64_t row0 = -1;  // its first weight row; -1: no tile
 };
 
-template <int kWeights>
+// kFeatures: the output features a tile covers, 16 (16 rows of each weight) or, for a paired SwiGLU
+// tile, 8 (8 rows of the gate's weight and the same 8 of the up projection's).
+template <int kWeights, int kFeatures = kTileRows>
 __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams& p, int64_t block) {
   Tile<kWeights> t;
 #pragma unroll
   for (int i = 0; i + kWeights <= SmallBatchLinearParams::kMaxOutputs; ++i) {
-    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kTileRows - 1) / kTileRows : 0;
+    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kFeatures - 1) / kFeatures : 0;
     if (t.row0 < 0 && block < tiles) {
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) t.weight[j] = static_cast<const uint16_t*>(p.outputs[i + j].weight);
       t.out = p.outputs[i].out;
       t.features = p.outputs[i].features;
-      t.row0 = block * kTileRows;
+      t.row0 = block * kFeatures;
     }
     block -= tiles;
   }
@@ -229,6 +231,34 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
       p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
     }
   }
+}
+
+// A paired SwiGLU tile's sums (its 16-row operand: the gate's rows 0-7, the up projection's same
+// rows 8-15), added across the warps in warp order as store_tile adds them, and written out as
+// bf16(silu(bf16(gate)) * bf16(up)). Every thread of the block must call it.
+template <int kInputTiles>
+__device__ __forceinline__ void store_paired_tile(const SmallBatchLinearParams& p, const Tile<2>& tile,
+                                                  const float (&acc)[1][kInputTiles][kFragment]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float partial[kInputTiles][kWarps][32 * kFragment];
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+    for (int i = 0; i < kFragment; ++i) partial[c][warp][lane * kFragment + i] = acc[0][c][i];
+  __syncthreads();
+  // 64 threads per input tile. Accumulator elements i and i + 2 of lane l: the gate's and the up
+  // projection's weight row l / 4 (one feature), input row 2 (l % 4) + i of the input tile.
+  const int c = threadIdx.x / 64, l = threadIdx.x % 64 / 2, i = threadIdx.x % 2;
+  if (c >= kInputTiles) return;
+  float gate = 0.0f, up = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    gate += partial[c][w][l * kFragment + i];
+    up += partial[c][w][l * kFragment + i + 2];
+  }
+  const int64_t m = 8 * c + 2 * (l % 4) + i, n = tile.row0 + l / 4, N = tile.features;
+  if (m < p.rows && n < N)
+    static_cast<bf16*>(tile.out)[m * N + n] = to_bf16(round_bf16(silu(round_bf16(gate))) * round_bf16(up));
 }
 
 // The rows of x as the input op makes them, into shared memory (`row_chunks` 16-byte chunks per row),
@@ -344,26 +374,43 @@ __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles >
 // once per tile, and the kernel behind (launched early) does not take the slots of a second wave.
 // Up to 8 rows (three blocks to an SM for one weight) this form measured slower for lone weights, even
 // at one tile per block (docs/benchmarks/decode.md): the kernel above takes those rows.
-template <int kWeights, int kInputTiles, SmallBatchInput kInput>
-__global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
+// kPaired (the SwiGLU pair): a tile's 16-row operand holds 8 rows of the gate's weight and the same 8
+// rows of the up projection's, so a tile covers 8 features and the pair has twice the tiles of 16
+// features each, for the same bytes: 1,152 for the 4B's MLP rather than 576, which spread over the
+// 264 resident blocks with 4 or 5 a block rather than 2 or 3 (a block with a third tile of two
+// weights ran about 25% past the others). Each output is the same sum in the same order: the bits
+// of the unpaired tiles.
+template <int kWeights, int kInputTiles, SmallBatchInput kInput, bool kPaired = false>
+__global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInputTiles == 1 ? 3 : 2)
     resident_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
-  constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
+  static_assert(!kPaired || kWeights == 2, "paired tiles are the SwiGLU pair's");
+  constexpr int kOperands = kPaired ? 1 : kWeights;  // 16-row weight operands a step
+  constexpr int kFeatures = kPaired ? kTileRows / 2 : kTileRows;
+  constexpr int kUnroll = kOperands == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   // Only the tile's index stays live through the steps (the tile itself is found again to store it):
   // the registers go to the loads in flight.
   int64_t index = blockIdx.x;
-  if (find_tile<kWeights>(p, index).row0 < 0) return;
+  if (find_tile<kWeights, kFeatures>(p, index).row0 < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
 
-  // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
-  // and its input row in each input tile (rows past M read as zeros).
-  const uint16_t* w_row[kWeights][2];
+  // This thread's two weight rows per operand (rows past N read row N - 1; their sums are dropped):
+  // rows g and g + 8 of each weight, or, paired, row g of the gate's and of the up projection's. And
+  // its input row in each input tile (rows past M read as zeros).
+  const uint16_t* w_row[kOperands][2];
   const auto find_rows = [&](const Tile<kWeights>& t) {
-    const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8, N = t.features;
+    const int64_t N = t.features;
+    if constexpr (kPaired) {
+      const int64_t r = t.row0 + g;
+      w_row[0][0] = t.weight[0] + (r < N ? r : N - 1) * K;
+      w_row[0][1] = t.weight[1] + (r < N ? r : N - 1) * K;
+    } else {
+      const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8;
 #pragma unroll
-    for (int j = 0; j < kWeights; ++j) {
-      w_row[j][0] = t.weight[j] + (r0 < N ? r0 : N - 1) * K;
-      w_row[j][1] = t.weight[j] + (r1 < N ? r1 : N - 1) * K;
+      for (int j = 0; j < kWeights; ++j) {
+        w_row[j][0] = t.weight[j] + (r0 < N ? r0 : N - 1) * K;
+        w_row[j][1] = t.weight[j] + (r1 < N ? r1 : N - 1) * K;
+      }
     }
   };
   bool has_x[kInputTiles];
@@ -374,14 +421,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   const int steps = (K + kStepK - 1) / kStepK;
   const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 w[kUnroll][kWeights][2];
+  uint4 w[kUnroll][kOperands][2];
   const auto load_weights = [&](int s0, auto when) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
-      for (int j = 0; j < kWeights; ++j) {
+      for (int j = 0; j < kOperands; ++j) {
         w[u][j][0] = in ? load_weights16<decltype(when)>(w_row[j][0] + k) : zero;
         w[u][j][1] = in ? load_weights16<decltype(when)>(w_row[j][1] + k) : zero;
       }
@@ -389,7 +436,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
   // this one may start while that one runs), so they are issued before the wait for its output x.
-  find_rows(find_tile<kWeights>(p, index));
+  find_rows(find_tile<kWeights, kFeatures>(p, index));
   load_weights(first, AheadOfWait{});
   wait_for_prior_grid();
   allow_dependent_grid();
@@ -404,7 +451,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
     stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
   }
   while (true) {
-    float acc[kWeights][kInputTiles][kFragment] = {};
+    float acc[kOperands][kInputTiles][kFragment] = {};
     // The steps of the kernel above, in 32-bit arithmetic, written out again on purpose: both kernels'
     // steps in one function (templated on the index type, the accumulators and the weight loader passed
     // in) changed the one-tile kernels' machine code, in the prologue of the one-row, one-weight form
@@ -428,16 +475,19 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int j = 0; j < kWeights; ++j)
+        for (int j = 0; j < kOperands; ++j)
 #pragma unroll
           for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
     }
     const int64_t next = index + gridDim.x;
     if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
-      find_rows(find_tile<kWeights>(p, next));
+      find_rows(find_tile<kWeights, kFeatures>(p, next));
       load_weights(first, InStepLoop{});
     }
-    store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
+    if constexpr (kPaired)
+      store_paired_tile<kInputTiles>(p, find_tile<kWeights, kFeatures>(p, index), acc);
+    else
+      store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
     if (next >= tiles) break;
     __syncthreads();  // store_tile's shared memory is free for the next tile
     index = next;
@@ -448,7 +498,7 @@ using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
 Kernel pick_tiles(bool two_tiles, bool narrow) {
-  if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput>;
+  if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput, kWeights == 2>;
   if constexpr (kWeights == 1)
     if (narrow) return small_batch_linear_kernel<1, 1, kInput, true>;
   return small_batch_linear_kernel<kWeights, 1, kInput>;
@@ -470,11 +520,13 @@ Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow) {
 
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
   if (!small_batch_linear_error(p).empty()) return cudaErrorInvalidValue;
-  // Tiles: one per 16 rows of each output (of the pair, for swiglu).
-  const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
-  int64_t tiles = 0;
-  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
+  // Tiles: one per 16 rows of each output (of the pair, for swiglu; per 8 when the resident kernel
+  // pairs the gate's rows with the up projection's).
   const bool two_tiles = p.rows > 8;
+  const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
+  const int64_t features_per_tile = p.epilogue == SmallBatchEpilogue::swiglu && two_tiles ? kTileRows / 2 : kTileRows;
+  int64_t tiles = 0;
+  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + features_per_tile - 1) / features_per_tile;
   const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;

@@ -6,7 +6,9 @@
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
-// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored;
+// there a SwiGLU tile pairs 8 rows of the gate's weight with the same 8 of the up projection's in
+// one 16-row operand, so that the pair's tiles are twice as many and spread evenly over the blocks.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
