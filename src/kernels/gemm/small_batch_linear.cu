@@ -494,6 +494,123 @@ __global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInput
   }
 }
 
+// From 9 rows with a plain input, where a tile is one 16-row operand (a lone weight's 16 rows, or the
+// paired SwiGLU tile): the resident blocks above, their weights and inputs streamed through a ring
+// of kStages steps in shared memory by cp.async rather than through registers. Each thread copies the
+// 16-byte pieces it will itself read (its two weight rows and its input rows at its 8 of the step's
+// K), so the ring needs no barrier. The kernel above issues four steps of loads, waits for all of them,
+// runs their mmas and only then issues the next four; here a step's loads are issued as soon as its
+// slot is read, so each warp keeps kStages steps in flight all the time, in shared memory rather than
+// in the registers that bound the blocks an SM holds. The same steps, in the same order, with the
+// same sums: the bits of the kernel above.
+template <bool kPaired, int kStages>
+__global__ void __launch_bounds__(kWarps * 32, kStages <= 4 ? 3 : 1)
+    ring_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
+  constexpr int kWeights = kPaired ? 2 : 1;
+  constexpr int kFeatures = kPaired ? kTileRows / 2 : kTileRows;
+  constexpr int kInputTiles = 2;
+  constexpr int kChunks = 2 + kInputTiles;  // 16-byte pieces a thread copies a step
+  constexpr int kThreads = kWarps * 32;
+  int64_t index = blockIdx.x;
+  if (find_tile<kWeights, kFeatures>(p, index).row0 < 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
+  const bf16* x = static_cast<const bf16*>(p.x);
+  bool has_x[kInputTiles];
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
+  // Warp `warp` takes steps [first, first + n) of ceil(K / 32) in every tile.
+  const int steps = (K + kStepK - 1) / kStepK;
+  const int first = steps * warp / kWarps, n = steps * (warp + 1) / kWarps - first;
+
+  // The ring: [kStages][kChunks][kThreads] pieces, each thread's at its own index.
+  extern __shared__ uint4 ring[];
+  const auto piece = [&](int slot, int chunk) -> uint4* { return ring + (slot * kChunks + chunk) * kThreads + threadIdx.x; };
+  // Where the copies are: the tile and step next to be issued, and that tile's two weight rows for
+  // this thread (rows past N read row N - 1; their sums are dropped).
+  int64_t issue_tile = index;
+  int issue_step = 0;
+  const uint16_t* w_row[2];
+  const auto find_rows = [&](const Tile<kWeights>& t) {
+    const int64_t N = t.features;
+    if constexpr (kPaired) {
+      const int64_t r = t.row0 + g;
+      w_row[0] = t.weight[0] + (r < N ? r : N - 1) * K;
+      w_row[1] = t.weight[1] + (r < N ? r : N - 1) * K;
+    } else {
+      const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8;
+      w_row[0] = t.weight[0] + (r0 < N ? r0 : N - 1) * K;
+      w_row[1] = t.weight[0] + (r1 < N ? r1 : N - 1) * K;
+    }
+  };
+  const auto issue_weights = [&](int slot) {
+    const int k = (first + issue_step) * kStepK + 8 * q;
+    const int bytes = k < K ? 16 : 0;  // K % 8 == 0: a thread's 8 are all in or all out
+    cp_async_16(piece(slot, 0), w_row[0] + (k < K ? k : 0), bytes);
+    cp_async_16(piece(slot, 1), w_row[1] + (k < K ? k : 0), bytes);
+  };
+  const auto issue_inputs = [&](int slot) {
+    const int k = (first + issue_step) * kStepK + 8 * q;
+#pragma unroll
+    for (int c = 0; c < kInputTiles; ++c) {
+      const bool in = k < K && has_x[c];
+      cp_async_16(piece(slot, 2 + c), x + (in ? int64_t(8 * c + g) * K + k : 0), in ? 16 : 0);
+    }
+  };
+  const auto next_step = [&] {
+    if (++issue_step < n) return;
+    issue_step = 0;
+    issue_tile += gridDim.x;
+    if (issue_tile < tiles) find_rows(find_tile<kWeights, kFeatures>(p, issue_tile));
+  };
+  find_rows(find_tile<kWeights, kFeatures>(p, issue_tile));
+  // The first steps' weights do not depend on the kernel ahead: issued before the wait for its
+  // output x, their inputs after it (a group each, the first holding every weight issued before).
+  const int64_t my_tiles = (tiles - index + gridDim.x - 1) / gridDim.x;
+  const int64_t total = my_tiles * n;  // this warp's steps over all its tiles
+  {
+    const int saved_step = issue_step;
+    const int64_t saved_tile = issue_tile;
+    for (int s = 0; s < kStages && s < total; ++s) issue_weights(s), next_step();
+    issue_step = saved_step, issue_tile = saved_tile;
+    find_rows(find_tile<kWeights, kFeatures>(p, issue_tile));
+  }
+  wait_for_prior_grid();
+  allow_dependent_grid();
+  for (int s = 0; s < kStages; ++s) {
+    if (s < total) issue_inputs(s), next_step();
+    cp_async_commit();
+  }
+  int64_t done = 0;  // steps of this warp computed so far, over its tiles
+  while (true) {
+    float acc[1][kInputTiles][kFragment] = {};
+    for (int i = 0; i < n; ++i, ++done) {
+      const int slot = int(done % kStages);
+      cp_async_wait_group<kStages - 1>();  // this step's group has landed
+      const uint4 w0 = *piece(slot, 0), w1 = *piece(slot, 1);
+      uint4 xs[kInputTiles];
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c) xs[c] = *piece(slot, 2 + c);
+      asm volatile("" ::: "memory");  // the slot is read before it is refilled
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c) mma_step(acc[0][c], w0, w1, xs[c]);
+      if (done + kStages < total) issue_weights(slot), issue_inputs(slot), next_step();
+      cp_async_commit();
+    }
+    if constexpr (kPaired)
+      store_paired_tile<kInputTiles>(p, find_tile<kWeights, kFeatures>(p, index), acc);
+    else
+      store_tile<1, kInputTiles>(p, find_tile<1>(p, index), acc);
+    index += gridDim.x;
+    if (index >= tiles) break;
+    __syncthreads();  // the store's shared memory is free for the next tile
+  }
+  cp_async_wait_all();
+}
+
+// The ring's shared memory a launch of kStages steps takes.
+constexpr size_t ring_bytes(int stages) { return size_t(stages) * 4 * 16 * kWarps * 32; }
+
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
@@ -527,7 +644,6 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const int64_t features_per_tile = p.epilogue == SmallBatchEpilogue::swiglu && two_tiles ? kTileRows / 2 : kTileRows;
   int64_t tiles = 0;
   for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + features_per_tile - 1) / features_per_tile;
-  const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
                                                                              // the up weight is outputs[1]
@@ -536,9 +652,18 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
-  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
-                                                                  : pick_kernel<1>(p.input, two_tiles, narrow);
-  if (smem > 0) {
+  Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
+                                                            : pick_kernel<1>(p.input, two_tiles, narrow);
+  size_t smem = small_batch_staging_bytes(p);
+  // From 9 rows with a plain input: the ring's form (4 steps, or 8 where asked).
+  if (two_tiles && p.input == SmallBatchInput::plain) {
+    const bool deep = p.steps_in_flight == 8, paired = p.epilogue == SmallBatchEpilogue::swiglu;
+    kernel = paired ? (deep ? ring_small_batch_linear_kernel<true, 8> : ring_small_batch_linear_kernel<true, 4>)
+                    : (deep ? ring_small_batch_linear_kernel<false, 8> : ring_small_batch_linear_kernel<false, 4>);
+    smem = ring_bytes(deep ? 8 : 4);
+    const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), smem);
+    if (e != cudaSuccess) return e;
+  } else if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.
     const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kMaxSmallBatchStagingBytes);

@@ -75,10 +75,11 @@ struct SmallBatchLinearParams {
   // block computes the norm's factor from these few partial sums rather than from the whole row.
   float* out_sum_sq = nullptr;
 
-  // Steps of weights (32 of K each) a warp keeps in flight, where each block takes one tile of one
-  // weight's rows (up to 8 rows, not swiglu): 4 or 8, or 0 for the kernel's choice (8 for launches
-  // of at most 192 tiles over a K of at most 4,096, else 4). The same bits either way: a bench's way
-  // to compare the two on any layer.
+  // Steps of weights (32 of K each) a warp keeps in flight: 4 or 8, or 0 for the kernel's choice. Up
+  // to 8 rows, where each block takes one tile of one weight's rows (not swiglu): 8 for launches of
+  // at most 192 tiles over a K of at most 4,096, else 4. From 9 rows with a plain input, the depth of
+  // the ring its weights and inputs stream through: 4 unless 8 is asked. The same bits either way: a
+  // bench's way to compare them on any layer.
   int steps_in_flight = 0;
 
   // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
