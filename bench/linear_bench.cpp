@@ -8,8 +8,7 @@
 // fuses them) each layer applies the op ahead of it on the way in, as a decode step does (the RMS
 // norm, the GDN output norm, attention's sigmoid gate), and cuBLASLt runs that op's kernel first.
 // --steps-in-flight 4 or 8 sets how many steps of weights each warp of the small-batch kernel keeps
-// in flight where it can choose (up to 8 rows, one weight per tile; from 9 rows, a plain input's ring
-// depth), rather than its own choice.
+// in flight where it can choose (up to 8 rows, one weight per tile), rather than its own choice.
 // --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, and
 // --max-blocks caps the resident blocks (9 to 16 rows): how the time follows the number of 16-row
 // tiles and their spread over the SMs.
@@ -127,7 +126,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
       }
       for (size_t i = 0; i < c.features.size(); ++i)
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
-      if ((M <= 8 && !c.swiglu) || (M > 8 && input == Input::plain)) p.steps_in_flight = steps_in_flight;
+      if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
       p.max_blocks = max_blocks;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }

@@ -49,10 +49,8 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (p.out_sum_sq && !p.residual) return "sums of squares are written for a residual output only";
   if (p.steps_in_flight != 0 && p.steps_in_flight != 4 && p.steps_in_flight != 8)
     return fmt::format("{} steps in flight (0 for the kernel's choice, 4 or 8)", p.steps_in_flight);
-  if (p.steps_in_flight == 8 && p.rows <= 8 && p.epilogue == SmallBatchEpilogue::swiglu)
-    return "8 steps in flight up to 8 rows take one weight per tile";
-  if (p.steps_in_flight == 8 && p.rows > 8 && p.input != Input::plain)
-    return "8 steps in flight from 9 rows take a plain input";
+  if (p.steps_in_flight == 8 && (p.rows > 8 || p.epilogue == SmallBatchEpilogue::swiglu))
+    return "8 steps in flight take one weight per tile and up to 8 rows";
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);

@@ -152,20 +152,18 @@ struct Tile {
   int64_t row0 = -1;  // its first weight row; -1: no tile
 };
 
-// kFeatures: the output features a tile covers, 16 (16 rows of each weight) or, for a paired SwiGLU
-// tile, 8 (8 rows of the gate's weight and the same 8 of the up projection's).
-template <int kWeights, int kFeatures = kTileRows>
+template <int kWeights>
 __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams& p, int64_t block) {
   Tile<kWeights> t;
 #pragma unroll
   for (int i = 0; i + kWeights <= SmallBatchLinearParams::kMaxOutputs; ++i) {
-    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kFeatures - 1) / kFeatures : 0;
+    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kTileRows - 1) / kTileRows : 0;
     if (t.row0 < 0 && block < tiles) {
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) t.weight[j] = static_cast<const uint16_t*>(p.outputs[i + j].weight);
       t.out = p.outputs[i].out;
       t.features = p.outputs[i].features;
-      t.row0 = block * kFeatures;
+      t.row0 = block * kTileRows;
     }
     block -= tiles;
   }
@@ -231,34 +229,6 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
       p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
     }
   }
-}
-
-// A paired SwiGLU tile's sums (its 16-row operand: the gate's rows 0-7, the up projection's same
-// rows 8-15), added across the warps in warp order as store_tile adds them, and written out as
-// bf16(silu(bf16(gate)) * bf16(up)). Every thread of the block must call it.
-template <int kInputTiles>
-__device__ __forceinline__ void store_paired_tile(const SmallBatchLinearParams& p, const Tile<2>& tile,
-                                                  const float (&acc)[1][kInputTiles][kFragment]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __shared__ float partial[kInputTiles][kWarps][32 * kFragment];
-#pragma unroll
-  for (int c = 0; c < kInputTiles; ++c)
-#pragma unroll
-    for (int i = 0; i < kFragment; ++i) partial[c][warp][lane * kFragment + i] = acc[0][c][i];
-  __syncthreads();
-  // 64 threads per input tile. Accumulator elements i and i + 2 of lane l: the gate's and the up
-  // projection's weight row l / 4 (one feature), input row 2 (l % 4) + i of the input tile.
-  const int c = threadIdx.x / 64, l = threadIdx.x % 64 / 2, i = threadIdx.x % 2;
-  if (c >= kInputTiles) return;
-  float gate = 0.0f, up = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    gate += partial[c][w][l * kFragment + i];
-    up += partial[c][w][l * kFragment + i + 2];
-  }
-  const int64_t m = 8 * c + 2 * (l % 4) + i, n = tile.row0 + l / 4, N = tile.features;
-  if (m < p.rows && n < N)
-    static_cast<bf16*>(tile.out)[m * N + n] = to_bf16(round_bf16(silu(round_bf16(gate))) * round_bf16(up));
 }
 
 // The rows of x as the input op makes them, into shared memory (`row_chunks` 16-byte chunks per row),
@@ -374,43 +344,26 @@ __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles >
 // once per tile, and the kernel behind (launched early) does not take the slots of a second wave.
 // Up to 8 rows (three blocks to an SM for one weight) this form measured slower for lone weights, even
 // at one tile per block (docs/benchmarks/decode.md): the kernel above takes those rows.
-// kPaired (the SwiGLU pair): a tile's 16-row operand holds 8 rows of the gate's weight and the same 8
-// rows of the up projection's, so a tile covers 8 features and the pair has twice the tiles of 16
-// features each, for the same bytes: 1,152 for the 4B's MLP rather than 576, which spread over the
-// 264 resident blocks with 4 or 5 a block rather than 2 or 3 (a block with a third tile of two
-// weights ran about 25% past the others). Each output is the same sum in the same order: the bits
-// of the unpaired tiles.
-template <int kWeights, int kInputTiles, SmallBatchInput kInput, bool kPaired = false>
-__global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInputTiles == 1 ? 3 : 2)
+template <int kWeights, int kInputTiles, SmallBatchInput kInput>
+__global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 : 2)
     resident_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
-  static_assert(!kPaired || kWeights == 2, "paired tiles are the SwiGLU pair's");
-  constexpr int kOperands = kPaired ? 1 : kWeights;  // 16-row weight operands a step
-  constexpr int kFeatures = kPaired ? kTileRows / 2 : kTileRows;
-  constexpr int kUnroll = kOperands == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
+  constexpr int kUnroll = kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   // Only the tile's index stays live through the steps (the tile itself is found again to store it):
   // the registers go to the loads in flight.
   int64_t index = blockIdx.x;
-  if (find_tile<kWeights, kFeatures>(p, index).row0 < 0) return;
+  if (find_tile<kWeights>(p, index).row0 < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
 
-  // This thread's two weight rows per operand (rows past N read row N - 1; their sums are dropped):
-  // rows g and g + 8 of each weight, or, paired, row g of the gate's and of the up projection's. And
-  // its input row in each input tile (rows past M read as zeros).
-  const uint16_t* w_row[kOperands][2];
+  // This thread's two weight rows per weight (rows past N read row N - 1; their sums are dropped)
+  // and its input row in each input tile (rows past M read as zeros).
+  const uint16_t* w_row[kWeights][2];
   const auto find_rows = [&](const Tile<kWeights>& t) {
-    const int64_t N = t.features;
-    if constexpr (kPaired) {
-      const int64_t r = t.row0 + g;
-      w_row[0][0] = t.weight[0] + (r < N ? r : N - 1) * K;
-      w_row[0][1] = t.weight[1] + (r < N ? r : N - 1) * K;
-    } else {
-      const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8;
+    const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8, N = t.features;
 #pragma unroll
-      for (int j = 0; j < kWeights; ++j) {
-        w_row[j][0] = t.weight[j] + (r0 < N ? r0 : N - 1) * K;
-        w_row[j][1] = t.weight[j] + (r1 < N ? r1 : N - 1) * K;
-      }
+    for (int j = 0; j < kWeights; ++j) {
+      w_row[j][0] = t.weight[j] + (r0 < N ? r0 : N - 1) * K;
+      w_row[j][1] = t.weight[j] + (r1 < N ? r1 : N - 1) * K;
     }
   };
   bool has_x[kInputTiles];
@@ -421,14 +374,14 @@ __global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInput
   const int steps = (K + kStepK - 1) / kStepK;
   const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 w[kUnroll][kOperands][2];
+  uint4 w[kUnroll][kWeights][2];
   const auto load_weights = [&](int s0, auto when) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = (s0 + u) * kStepK + 8 * q;
       const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
 #pragma unroll
-      for (int j = 0; j < kOperands; ++j) {
+      for (int j = 0; j < kWeights; ++j) {
         w[u][j][0] = in ? load_weights16<decltype(when)>(w_row[j][0] + k) : zero;
         w[u][j][1] = in ? load_weights16<decltype(when)>(w_row[j][1] + k) : zero;
       }
@@ -436,7 +389,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInput
   };
   // The first weights do not depend on the kernel ahead (launched with programmatic serialization,
   // this one may start while that one runs), so they are issued before the wait for its output x.
-  find_rows(find_tile<kWeights, kFeatures>(p, index));
+  find_rows(find_tile<kWeights>(p, index));
   load_weights(first, AheadOfWait{});
   wait_for_prior_grid();
   allow_dependent_grid();
@@ -451,7 +404,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInput
     stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
   }
   while (true) {
-    float acc[kOperands][kInputTiles][kFragment] = {};
+    float acc[kWeights][kInputTiles][kFragment] = {};
     // The steps of the kernel above, in 32-bit arithmetic, written out again on purpose: both kernels'
     // steps in one function (templated on the index type, the accumulators and the weight loader passed
     // in) changed the one-tile kernels' machine code, in the prologue of the one-row, one-weight form
@@ -475,147 +428,27 @@ __global__ void __launch_bounds__(kWarps * 32, (kPaired ? 1 : kWeights) * kInput
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int j = 0; j < kOperands; ++j)
+        for (int j = 0; j < kWeights; ++j)
 #pragma unroll
           for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
     }
     const int64_t next = index + gridDim.x;
     if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
-      find_rows(find_tile<kWeights, kFeatures>(p, next));
+      find_rows(find_tile<kWeights>(p, next));
       load_weights(first, InStepLoop{});
     }
-    if constexpr (kPaired)
-      store_paired_tile<kInputTiles>(p, find_tile<kWeights, kFeatures>(p, index), acc);
-    else
-      store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
+    store_tile<kWeights, kInputTiles>(p, find_tile<kWeights>(p, index), acc);
     if (next >= tiles) break;
     __syncthreads();  // store_tile's shared memory is free for the next tile
     index = next;
   }
 }
 
-// From 9 rows with a plain input, where a tile is one 16-row operand (a lone weight's 16 rows, or the
-// paired SwiGLU tile): the resident blocks above, their weights and inputs streamed through a ring
-// of kStages steps in shared memory by cp.async rather than through registers. Each thread copies the
-// 16-byte pieces it will itself read (its two weight rows and its input rows at its 8 of the step's
-// K), so the ring needs no barrier. The kernel above issues four steps of loads, waits for all of them,
-// runs their mmas and only then issues the next four; here a step's loads are issued as soon as its
-// slot is read, so each warp keeps kStages steps in flight all the time, in shared memory rather than
-// in the registers that bound the blocks an SM holds. The same steps, in the same order, with the
-// same sums: the bits of the kernel above.
-template <bool kPaired, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, kStages <= 4 ? 3 : 1)
-    ring_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
-  constexpr int kWeights = kPaired ? 2 : 1;
-  constexpr int kFeatures = kPaired ? kTileRows / 2 : kTileRows;
-  constexpr int kInputTiles = 2;
-  constexpr int kChunks = 2 + kInputTiles;  // 16-byte pieces a thread copies a step
-  constexpr int kThreads = kWarps * 32;
-  int64_t index = blockIdx.x;
-  if (find_tile<kWeights, kFeatures>(p, index).row0 < 0) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
-  const bf16* x = static_cast<const bf16*>(p.x);
-  bool has_x[kInputTiles];
-#pragma unroll
-  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
-  // Warp `warp` takes steps [first, first + n) of ceil(K / 32) in every tile.
-  const int steps = (K + kStepK - 1) / kStepK;
-  const int first = steps * warp / kWarps, n = steps * (warp + 1) / kWarps - first;
-
-  // The ring: [kStages][kChunks][kThreads] pieces, each thread's at its own index.
-  extern __shared__ uint4 ring[];
-  const auto piece = [&](int slot, int chunk) -> uint4* { return ring + (slot * kChunks + chunk) * kThreads + threadIdx.x; };
-  // Where the copies are: the tile and step next to be issued, and that tile's two weight rows for
-  // this thread (rows past N read row N - 1; their sums are dropped).
-  int64_t issue_tile = index;
-  int issue_step = 0;
-  const uint16_t* w_row[2];
-  const auto find_rows = [&](const Tile<kWeights>& t) {
-    const int64_t N = t.features;
-    if constexpr (kPaired) {
-      const int64_t r = t.row0 + g;
-      w_row[0] = t.weight[0] + (r < N ? r : N - 1) * K;
-      w_row[1] = t.weight[1] + (r < N ? r : N - 1) * K;
-    } else {
-      const int64_t r0 = t.row0 + g, r1 = t.row0 + g + 8;
-      w_row[0] = t.weight[0] + (r0 < N ? r0 : N - 1) * K;
-      w_row[1] = t.weight[0] + (r1 < N ? r1 : N - 1) * K;
-    }
-  };
-  const auto issue_weights = [&](int slot) {
-    const int k = (first + issue_step) * kStepK + 8 * q;
-    const int bytes = k < K ? 16 : 0;  // K % 8 == 0: a thread's 8 are all in or all out
-    cp_async_16(piece(slot, 0), w_row[0] + (k < K ? k : 0), bytes);
-    cp_async_16(piece(slot, 1), w_row[1] + (k < K ? k : 0), bytes);
-  };
-  const auto issue_inputs = [&](int slot) {
-    const int k = (first + issue_step) * kStepK + 8 * q;
-#pragma unroll
-    for (int c = 0; c < kInputTiles; ++c) {
-      const bool in = k < K && has_x[c];
-      cp_async_16(piece(slot, 2 + c), x + (in ? int64_t(8 * c + g) * K + k : 0), in ? 16 : 0);
-    }
-  };
-  const auto next_step = [&] {
-    if (++issue_step < n) return;
-    issue_step = 0;
-    issue_tile += gridDim.x;
-    if (issue_tile < tiles) find_rows(find_tile<kWeights, kFeatures>(p, issue_tile));
-  };
-  find_rows(find_tile<kWeights, kFeatures>(p, issue_tile));
-  // The first steps' weights do not depend on the kernel ahead: issued before the wait for its
-  // output x, their inputs after it (a group each, the first holding every weight issued before).
-  const int64_t my_tiles = (tiles - index + gridDim.x - 1) / gridDim.x;
-  const int64_t total = my_tiles * n;  // this warp's steps over all its tiles
-  {
-    const int saved_step = issue_step;
-    const int64_t saved_tile = issue_tile;
-    for (int s = 0; s < kStages && s < total; ++s) issue_weights(s), next_step();
-    issue_step = saved_step, issue_tile = saved_tile;
-    find_rows(find_tile<kWeights, kFeatures>(p, issue_tile));
-  }
-  wait_for_prior_grid();
-  allow_dependent_grid();
-  for (int s = 0; s < kStages; ++s) {
-    if (s < total) issue_inputs(s), next_step();
-    cp_async_commit();
-  }
-  int64_t done = 0;  // steps of this warp computed so far, over its tiles
-  while (true) {
-    float acc[1][kInputTiles][kFragment] = {};
-    for (int i = 0; i < n; ++i, ++done) {
-      const int slot = int(done % kStages);
-      cp_async_wait_group<kStages - 1>();  // this step's group has landed
-      const uint4 w0 = *piece(slot, 0), w1 = *piece(slot, 1);
-      uint4 xs[kInputTiles];
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) xs[c] = *piece(slot, 2 + c);
-      asm volatile("" ::: "memory");  // the slot is read before it is refilled
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) mma_step(acc[0][c], w0, w1, xs[c]);
-      if (done + kStages < total) issue_weights(slot), issue_inputs(slot), next_step();
-      cp_async_commit();
-    }
-    if constexpr (kPaired)
-      store_paired_tile<kInputTiles>(p, find_tile<kWeights, kFeatures>(p, index), acc);
-    else
-      store_tile<1, kInputTiles>(p, find_tile<1>(p, index), acc);
-    index += gridDim.x;
-    if (index >= tiles) break;
-    __syncthreads();  // the store's shared memory is free for the next tile
-  }
-  cp_async_wait_all();
-}
-
-// The ring's shared memory a launch of kStages steps takes.
-constexpr size_t ring_bytes(int stages) { return size_t(stages) * 4 * 16 * kWarps * 32; }
-
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
 Kernel pick_tiles(bool two_tiles, bool narrow) {
-  if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput, kWeights == 2>;
+  if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput>;
   if constexpr (kWeights == 1)
     if (narrow) return small_batch_linear_kernel<1, 1, kInput, true>;
   return small_batch_linear_kernel<kWeights, 1, kInput>;
@@ -637,13 +470,12 @@ Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow) {
 
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream) {
   if (!small_batch_linear_error(p).empty()) return cudaErrorInvalidValue;
-  // Tiles: one per 16 rows of each output (of the pair, for swiglu; per 8 when the resident kernel
-  // pairs the gate's rows with the up projection's).
-  const bool two_tiles = p.rows > 8;
+  // Tiles: one per 16 rows of each output (of the pair, for swiglu).
   const int tiled = p.epilogue == SmallBatchEpilogue::swiglu ? 1 : p.num_outputs;
-  const int64_t features_per_tile = p.epilogue == SmallBatchEpilogue::swiglu && two_tiles ? kTileRows / 2 : kTileRows;
   int64_t tiles = 0;
-  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + features_per_tile - 1) / features_per_tile;
+  for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
+  const bool two_tiles = p.rows > 8;
+  const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
                                                                              // the up weight is outputs[1]
@@ -652,18 +484,9 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
-  Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
-                                                            : pick_kernel<1>(p.input, two_tiles, narrow);
-  size_t smem = small_batch_staging_bytes(p);
-  // From 9 rows with a plain input: the ring's form (4 steps, or 8 where asked).
-  if (two_tiles && p.input == SmallBatchInput::plain) {
-    const bool deep = p.steps_in_flight == 8, paired = p.epilogue == SmallBatchEpilogue::swiglu;
-    kernel = paired ? (deep ? ring_small_batch_linear_kernel<true, 8> : ring_small_batch_linear_kernel<true, 4>)
-                    : (deep ? ring_small_batch_linear_kernel<false, 8> : ring_small_batch_linear_kernel<false, 4>);
-    smem = ring_bytes(deep ? 8 : 4);
-    const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), smem);
-    if (e != cudaSuccess) return e;
-  } else if (smem > 0) {
+  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
+                                                                  : pick_kernel<1>(p.input, two_tiles, narrow);
+  if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.
     const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kMaxSmallBatchStagingBytes);

@@ -6,9 +6,7 @@
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
-// resident and take tile after tile, each tile's first weights loaded while the one before is stored;
-// there a SwiGLU tile pairs 8 rows of the gate's weight with the same 8 of the up projection's in
-// one 16-row operand, so that the pair's tiles are twice as many and spread evenly over the blocks.
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
@@ -75,11 +73,10 @@ struct SmallBatchLinearParams {
   // block computes the norm's factor from these few partial sums rather than from the whole row.
   float* out_sum_sq = nullptr;
 
-  // Steps of weights (32 of K each) a warp keeps in flight: 4 or 8, or 0 for the kernel's choice. Up
-  // to 8 rows, where each block takes one tile of one weight's rows (not swiglu): 8 for launches of
-  // at most 192 tiles over a K of at most 4,096, else 4. From 9 rows with a plain input, the depth of
-  // the ring its weights and inputs stream through: 4 unless 8 is asked. The same bits either way: a
-  // bench's way to compare them on any layer.
+  // Steps of weights (32 of K each) a warp keeps in flight, where each block takes one tile of one
+  // weight's rows (up to 8 rows, not swiglu): 4 or 8, or 0 for the kernel's choice (8 for launches
+  // of at most 192 tiles over a K of at most 4,096, else 4). The same bits either way: a bench's way
+  // to compare the two on any layer.
   int steps_in_flight = 0;
 
   // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
