@@ -422,6 +422,7 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
   using P = kernels::SmallBatchLinearParams;
   refused([](P& p) { p.rows = 17; }, "17 rows");
   refused([](P& p) { p.steps_in_flight = 6; }, "6 steps in flight");
+  refused([](P& p) { p.tile_blocks = 3; }, "3 blocks a tile");
   refused(
       [](P& p) {
         p.steps_in_flight = 8;
@@ -692,7 +693,8 @@ TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
 // every output (bf16 with and without a residual, its sums of squares, float32, SwiGLU; plain and
 // staged input ops) keeps the bits of the uncapped launch, whose tiles the other tests check against
 // the reference. Up to 8 rows the cap is ignored (a block per tile). Widths that leave a last partial
-// tile, and blocks with unequal counts of tiles.
+// tile, and blocks with unequal counts of tiles. (One block a tile: these launches have few enough
+// tiles that a plain input's would otherwise be spread over clusters, the next test's form.)
 TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   using Input = kernels::SmallBatchInput;
@@ -715,6 +717,7 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
     kernels::SmallBatchLinearParams base{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 2};
     base.outputs[0] = {w.device.data(), nullptr, N};
     base.outputs[1] = {w2.device.data(), nullptr, N2};
+    base.tile_blocks = 1;
     variants.push_back({"two outputs", base});
     kernels::SmallBatchLinearParams f32 = base;
     f32.epilogue = kernels::SmallBatchEpilogue::f32;
@@ -726,6 +729,7 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
     kernels::SmallBatchLinearParams sums_out{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1,
                                              .residual = dres.data(), .out_sum_sq = sums.data()};
     sums_out.outputs[0] = {w.device.data(), nullptr, N};
+    sums_out.tile_blocks = 1;
     variants.push_back({"residual and sums of squares", sums_out});
     kernels::SmallBatchLinearParams gated = base;
     gated.num_outputs = 1;
@@ -769,6 +773,70 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
       };
       const auto whole = run(0);
       for (int64_t cap : {int64_t(1), int64_t(3), int64_t(7)}) EXPECT_EQ(run(cap), whole) << "blocks capped at " << cap;
+    }
+  }
+}
+
+// From 9 rows a launch of few tiles spreads each tile's 8 warps over a cluster of 2, 4 or 8 blocks,
+// which add their slices' sums through distributed shared memory in the one-block order: every output
+// (bf16 with and without a residual, its sums of squares, float32; two weights in one launch) keeps
+// the bits of one block a tile. K from 11 steps (slices of one or two) to 9,216; partial last tiles.
+TEST_F(KernelTest, SmallBatchLinearTileBlocksKeepTheBits) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  struct Shape {
+    int64_t N, N2, K;
+  };
+  for (const Shape& shape : {Shape{37, 200, 328}, Shape{2560, 0, 9216}, Shape{1000, 77, 2560}}) {
+    const TestWeight w = random_weight(shape.N, shape.K, rng_);
+    const TestWeight w2 = random_weight(shape.N2 > 0 ? shape.N2 : 1, shape.K, rng_);
+    for (int64_t M : {int64_t(9), int64_t(13), int64_t(16)}) {
+      SCOPED_TRACE("N " + std::to_string(shape.N) + " K " + std::to_string(shape.K) + " M " + std::to_string(M));
+      const auto x = random_bf16_values(size_t(M * shape.K), rng_, 2.0f);
+      const auto residual = random_bf16_values(size_t(M * shape.N), rng_, 2.0f);
+      auto dx = device_bf16(x), dres = device_bf16(residual);
+      const int64_t parts = kernels::small_batch_sum_sq_parts(shape.N);
+      cuda::DeviceBuffer<float> sums(size_t(M * parts));
+      for (const char* form : {"bf16", "residual and sums of squares", "float32", "two weights"}) {
+        SCOPED_TRACE(form);
+        const std::string f = form;
+        if (f == "two weights" && shape.N2 == 0) continue;
+        const bool is_f32 = f == "float32";
+        std::vector<std::vector<uint16_t>> results;
+        for (int blocks : {1, 2, 4, 8}) {
+          kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = shape.K, .num_outputs = 1,
+                                            .tile_blocks = blocks};
+          auto out = poisoned_bf16(size_t(M * shape.N * (is_f32 ? 2 : 1)));
+          auto out2 = poisoned_bf16(size_t(M * std::max<int64_t>(shape.N2, 1)));
+          p.outputs[0] = {w.device.data(), out.data(), shape.N};
+          if (is_f32) p.epilogue = kernels::SmallBatchEpilogue::f32;
+          if (f == "residual and sums of squares") {
+            p.residual = dres.data();
+            p.out_sum_sq = sums.data();
+            sums.fill_bytes(0xFF);
+          }
+          if (f == "two weights") {
+            p.num_outputs = 2;
+            p.outputs[1] = {w2.device.data(), out2.data(), shape.N2};
+          }
+          ASSERT_EQ(kernels::small_batch_linear_error(p), "");
+          ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+          sync();
+          std::vector<uint16_t> bits = out.download();
+          if (f == "two weights") {
+            const std::vector<uint16_t> second = out2.download();
+            bits.insert(bits.end(), second.begin(), second.end());
+          }
+          if (p.out_sum_sq) {
+            const std::vector<float> s = sums.download();
+            const size_t at = bits.size();
+            bits.resize(at + s.size() * 2);
+            std::memcpy(bits.data() + at, s.data(), s.size() * 4);
+          }
+          results.push_back(bits);
+        }
+        for (size_t i = 1; i < results.size(); ++i)
+          EXPECT_EQ(results[i], results[0]) << (1 << i) << " blocks a tile against one";
+      }
     }
   }
 }

@@ -170,21 +170,15 @@ __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams
   return t;
 }
 
-// The block's sums of one tile, added across its warps in warp order (a fixed order: the result is
-// deterministic), and written out with the epilogue's op. Every thread of the block must call it.
-template <int kWeights, int kInputTiles>
-__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
-                                           const float (&acc)[kWeights][kInputTiles][kFragment]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// A tile's sums, added across its 8 warp slices in slice order (a fixed order: the result is
+// deterministic and does not depend on which blocks ran the slices), and written out with the
+// epilogue's op. `slice_sum(j, c, s, t)`: slice s's partial sum of weight j, input tile c, for
+// accumulator element t (lane t / 4's element t % 4). The block's first 128 threads must call it,
+// the others may.
+template <int kWeights, int kInputTiles, typename SliceSum>
+__device__ __forceinline__ void store_summed_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
+                                                  SliceSum slice_sum) {
   const int64_t N = tile.features;
-  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
-#pragma unroll
-  for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-    for (int c = 0; c < kInputTiles; ++c)
-#pragma unroll
-      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
-  __syncthreads();
   const int t = threadIdx.x;
   // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2
   // of the input tile.
@@ -200,7 +194,7 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
     for (int j = 0; j < kWeights; ++j) {
       sum[j] = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][c][w][t];
+      for (int w = 0; w < kWarps; ++w) sum[j] += slice_sum(j, c, w, t);
     }
     const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
     const bool in = m < p.rows && n < N;
@@ -229,6 +223,24 @@ __device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, cons
       p.out_sum_sq[t * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;  // small_batch_sum_sq_parts
     }
   }
+}
+
+// The block's sums of one tile, its warps the tile's slices, added in warp order and written out.
+// Every thread of the block must call it.
+template <int kWeights, int kInputTiles>
+__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
+                                           const float (&acc)[kWeights][kInputTiles][kFragment]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
+#pragma unroll
+  for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+    for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
+  __syncthreads();
+  store_summed_tile<kWeights, kInputTiles>(
+      p, tile, [&](int j, int c, int w, int t) { return partial[j][c][w][t]; });
 }
 
 // The rows of x as the input op makes them, into shared memory (`row_chunks` 16-byte chunks per row),
@@ -444,7 +456,83 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
 }
 
+// From 9 rows, for launches of few tiles of one weight (a 2,560-wide projection's 160): a tile's 8
+// warp slices split over a cluster of kCluster blocks of 8 / kCluster warps each, the slices' sums
+// gathered by the cluster's first block through distributed shared memory and added in slice order
+// (the bits of the kernels above). 160 blocks of 8 warps leave 28 of the 132 SMs with two blocks,
+// and a launch whose every SM holds two blocks of tiles streams 36% more bytes in 21% more time
+// (docs/benchmarks/decode.md): smaller blocks spread the same warps more evenly.
+template <int kCluster>
+__global__ void __launch_bounds__(kWarps / kCluster * 32, 2 * kCluster)
+    split_tile_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t /*tiles: one per cluster*/) {
+  constexpr int kInputTiles = 2, kUnroll = 4, kBlockWarps = kWarps / kCluster;
+  const int rank = int(blockIdx.x % kCluster);  // the cluster's blocks are consecutive along x
+  const Tile<1> tile = find_tile<1>(p, blockIdx.x / kCluster);
+  if (tile.row0 < 0) return;  // whole clusters: every block of one returns here, or none
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int slice = rank * kBlockWarps + warp;  // the warp of the one-block kernels it stands for
+  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
+  const int64_t N = tile.features;
+  const int64_t r0 = tile.row0 + g, r1 = tile.row0 + g + 8;
+  const uint16_t* w_row0 = tile.weight[0] + (r0 < N ? r0 : N - 1) * K;
+  const uint16_t* w_row1 = tile.weight[0] + (r1 < N ? r1 : N - 1) * K;
+  bool has_x[kInputTiles];
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
+  const int steps = (K + kStepK - 1) / kStepK;
+  const int first = steps * slice / kWarps, last = steps * (slice + 1) / kWarps;
+  float acc[1][kInputTiles][kFragment] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 w[kUnroll][2];
+  const auto load_weights = [&](int s0, auto when) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u) * kStepK + 8 * q;
+      const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
+      w[u][0] = in ? load_weights16<decltype(when)>(w_row0 + k) : zero;
+      w[u][1] = in ? load_weights16<decltype(when)>(w_row1 + k) : zero;
+    }
+  };
+  load_weights(first, AheadOfWait{});
+  wait_for_prior_grid();
+  allow_dependent_grid();
+  for (int s0 = first; s0 < last; s0 += kUnroll) {
+    if (s0 != first) load_weights(s0, InStepLoop{});
+    uint4 x[kUnroll][kInputTiles];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u) * kStepK + 8 * q;
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c)
+        x[u][c] = s0 + u < last && k < K && has_x[c] ? load_input<SmallBatchInput::plain>(p, 8 * c + g, k, nullptr)
+                                                     : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c) mma_step(acc[0][c], w[u][0], w[u][1], x[u][c]);
+  }
+  __shared__ float partial[kInputTiles][kBlockWarps][32 * kFragment];
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+    for (int i = 0; i < kFragment; ++i) partial[c][warp][lane * kFragment + i] = acc[0][c][i];
+  cluster_arrive_release();
+  cluster_wait();  // every block's partial sums are written
+  if (rank == 0)
+    store_summed_tile<1, kInputTiles>(p, tile, [&](int, int c, int s, int t) {
+      return *in_cluster_block(&partial[c][s % kBlockWarps][t], uint32_t(s / kBlockWarps));
+    });
+  cluster_arrive_release();
+  cluster_wait();  // the first block has read the others' shared memory: they may exit
+}
+
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
+
+// Launches of at most this many tiles are narrow: deeper loads up to 8 rows, a tile's warps over a
+// cluster of kSplitTileBlocks blocks from 9 (1: the resident kernel).
+constexpr int64_t kNarrowTiles = 192;
+constexpr int kSplitTileBlocks = 2;
 
 template <int kWeights, SmallBatchInput kInput>
 Kernel pick_tiles(bool two_tiles, bool narrow) {
@@ -481,7 +569,7 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
                                                                              // the up weight is outputs[1]
   // Few tiles (the 2,560-wide projections: 160 for 132 SMs) over a K of at most 4,096: deeper loads
   // per warp (kDeep above).
-  constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
+  constexpr int64_t kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
@@ -500,6 +588,16 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
     if (e != cudaSuccess) return e;
     blocks = std::min(blocks, tiles);
     if (p.max_blocks > 0) blocks = std::min(blocks, p.max_blocks);
+  }
+  // From 9 rows, few tiles of one weight and a plain input: a tile's warps over a cluster of blocks.
+  const int cluster = p.tile_blocks != 0 ? p.tile_blocks : kSplitTileBlocks;
+  if (two_tiles && cluster > 1 && p.input == SmallBatchInput::plain && p.epilogue != SmallBatchEpilogue::swiglu &&
+      tiles <= kNarrowTiles && clusters_supported()) {
+    const Kernel split = cluster == 2   ? split_tile_small_batch_linear_kernel<2>
+                         : cluster == 4 ? split_tile_small_batch_linear_kernel<4>
+                                        : split_tile_small_batch_linear_kernel<8>;
+    return launch_early_in_clusters(split, dim3{unsigned(tiles * cluster)}, dim3{unsigned(kWarps / cluster * 32)},
+                                    unsigned(cluster), 0, stream, launched, tiles);
   }
   // Launched early (programmatic dependent launch): the weight stream starts while the kernel
   // ahead finishes.
