@@ -9,8 +9,7 @@
 // norm, the GDN output norm, attention's sigmoid gate), and cuBLASLt runs that op's kernel first.
 // --steps-in-flight 4 or 8 sets how many steps of weights each warp of the small-batch kernel keeps
 // in flight where it can choose (up to 8 rows, one weight per tile), rather than its own choice.
-// --tile-blocks 1, 2, 4 or 8 sets how many blocks share a tile's warps where the launch has few tiles
-// (from 9 rows). --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, and
+// --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, and
 // --max-blocks caps the resident blocks (9 to 16 rows): how the time follows the number of 16-row
 // tiles and their spread over the SMs.
 #include <CLI/CLI.hpp>
@@ -72,7 +71,7 @@ struct WeightSet {
 };
 
 nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int64_t max_blocks,
-                        int tile_blocks, kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
+                        kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
   const Input input = fuse && M <= kFusedMaxRows ? c.fused : Input::plain;
   int64_t weight_elems = 0, out_elems = 0;
   for (int64_t n : c.features) weight_elems += n * c.K, out_elems += M * n;
@@ -129,7 +128,6 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
       if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
       p.max_blocks = max_blocks;
-      p.tile_blocks = tile_blocks;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }
   };
@@ -167,7 +165,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
               static_cast<long long>(M), weight_bytes / 1e6, sb_us, sb_tbps, 100.0 * sb_tbps / kCopyTBps, cb_us,
               cb_tbps, 100.0 * cb_tbps / kCopyTBps, cb_us / sb_us);
   std::fflush(stdout);
-  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"tile_blocks", tile_blocks}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
+  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
           {"small_batch_us", sb_us}, {"small_batch_tbps", sb_tbps}, {"cublaslt_us", cb_us},
           {"cublaslt_tbps", cb_tbps}, {"small_batch_ms_medians", {sb1.median_ms, sb2.median_ms}},
           {"cublaslt_ms_medians", {cb1.median_ms, cb2.median_ms}}, {"launches_per_rep", kLaunchesPerRep},
@@ -187,7 +185,6 @@ int main(int argc, char** argv) {
   int steps_in_flight = 0;
   std::vector<int64_t> widths;
   int64_t max_blocks = 0;
-  int tile_blocks = 0;
   app.add_option("--json", json_path, "write the report here");
   app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
   app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->delimiter(',')->check(CLI::Range(1, 16));
@@ -201,10 +198,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--max-blocks", max_blocks, "at most this many resident blocks from 9 rows (0: as many as fit)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  app.add_option("--tile-blocks", tile_blocks,
-                 "from 9 rows, the blocks (a cluster) that share a tile's warps where there are few tiles (1, 2, 4, "
-                 "8; default: the kernel's choice)")
-      ->check(CLI::IsMember({1, 2, 4, 8}));
   CLI11_PARSE(app, argc, argv);
   try {
     cudaStream_t stream;
@@ -235,7 +228,7 @@ int main(int argc, char** argv) {
       }
       for (const Case& v : variants)
         for (int64_t M : rows)
-          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, tile_blocks, gemm, stream, rng)), ++ran;
+          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, gemm, stream, rng)), ++ran;
     }
     if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";

@@ -55,8 +55,6 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);
   if (p.max_blocks < 0) return fmt::format("a cap of {} blocks (0 for none)", p.max_blocks);
-  if (p.tile_blocks != 0 && p.tile_blocks != 1 && p.tile_blocks != 2 && p.tile_blocks != 4 && p.tile_blocks != 8)
-    return fmt::format("{} blocks a tile (0 for the kernel's choice, 1, 2, 4 or 8)", p.tile_blocks);
   return "";
 }
 

@@ -7,7 +7,9 @@
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
 // resident and take tile after tile, each tile's first weights loaded while the one before is stored;
-// where there are few tiles, a tile's warps are spread over a cluster of smaller blocks instead.
+// where there are few tiles of one weight over a long K (at most 192 tiles, K past 4,096: the MLP's down
+// projection), each tile's sum is 16 slices of K rather than 8 at any M, and from 9 rows a tile takes a
+// cluster of two blocks, a warp a slice.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
@@ -84,11 +86,6 @@ struct SmallBatchLinearParams {
   // at once). Each takes every gridDim-th tile of 16 rows, so a small cap gives each block many (a
   // test's way to reach that). Ignored where each block takes one tile.
   int64_t max_blocks = 0;
-
-  // From 9 rows, launches of at most 192 tiles of one weight with a plain input (the 2,560-wide
-  // projections): how many blocks, a cluster, share each tile's 8 warps: 1 (the resident blocks
-  // above), 2, 4 or 8; 0 for the kernel's choice. The same bits either way.
-  int tile_blocks = 0;
 };
 
 // Partial sums of squares per row that a residual projection of N features writes.
