@@ -692,12 +692,11 @@ TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
 // every output (bf16 with and without a residual, its sums of squares, float32, SwiGLU; plain and
 // staged input ops) keeps the bits of the uncapped launch, whose tiles the other tests check against
 // the reference. Up to 8 rows the cap is ignored (a block per tile). Widths that leave a last partial
-// tile, and blocks with unequal counts of tiles. (Over 192 tiles: launches of fewer tiles of one weight
-// are narrow, a cluster of two blocks a tile from 9 rows, the next test's form.)
+// tile, and blocks with unequal counts of tiles.
 TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   using Input = kernels::SmallBatchInput;
-  const int64_t K = 264, N = 3200, N2 = 77;  // 200 + 5 tiles over the capped grids
+  const int64_t K = 264, N = 1000, N2 = 77;  // 63 + 5 tiles over the capped grids
   const TestWeight w = random_weight(N, K, rng_), w2 = random_weight(N2, K, rng_), up = random_weight(N, K, rng_);
   const auto norm_w = random_bf16_values(size_t(K), rng_, 0.5f);
   cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
@@ -770,84 +769,6 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
       };
       const auto whole = run(0);
       for (int64_t cap : {int64_t(1), int64_t(3), int64_t(7)}) EXPECT_EQ(run(cap), whole) << "blocks capped at " << cap;
-    }
-  }
-}
-
-// Narrow launches over a long K (at most 192 tiles of one weight, K past 4,096) sum each tile in 16
-// slices of K, two a warp up to 8 rows and a warp each over a cluster of two blocks from 9: every row
-// of a launch of 9, 13 or 16 rows gives, bit for bit, what it gives alone. Every output form (bf16 with
-// and without a residual, its sums of squares, float32; two weights in one launch) and input op (staged
-// by both blocks of a cluster); partial last tiles; and a short K, whose narrow launches keep 8 slices.
-TEST_F(KernelTest, SmallBatchLinearNarrowLaunchesKeepEachRowsBits) {
-  SCOPED_TRACE(testing::seed_trace(seed_));
-  using Input = kernels::SmallBatchInput;
-  struct Shape {
-    int64_t N, N2, K;
-    Input input;
-  };
-  const Shape shapes[] = {{2560, 0, 9216, Input::plain},         {37, 200, 4360, Input::plain},
-                          {1000, 77, 5000, Input::plain},         {300, 0, 4224, Input::gated_rms_norm},
-                          {300, 0, 4608, Input::sigmoid_gate},    {37, 200, 328, Input::plain}};
-  for (const Shape& shape : shapes) {
-    const TestWeight w = random_weight(shape.N, shape.K, rng_);
-    const TestWeight w2 = random_weight(std::max<int64_t>(shape.N2, 1), shape.K, rng_);
-    const auto norm_w = random_bf16_values(128, rng_, 0.5f);
-    cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
-    const int64_t parts = kernels::small_batch_sum_sq_parts(shape.N);
-    for (int64_t M : {int64_t(9), int64_t(13), int64_t(16)}) {
-      SCOPED_TRACE("N " + std::to_string(shape.N) + " K " + std::to_string(shape.K) + " input " +
-                   std::to_string(int(shape.input)) + " M " + std::to_string(M));
-      const auto x = random_bf16_values(size_t(M * shape.K), rng_, 2.0f), gate = random_bf16_values(x.size(), rng_, 3.0f);
-      const auto residual = random_bf16_values(size_t(M * shape.N), rng_, 2.0f);
-      auto dx = device_bf16(x), dgate = device_bf16(gate), dres = device_bf16(residual);
-      for (const std::string form : {"bf16", "residual and sums of squares", "float32", "two weights"}) {
-        if (form == "two weights" && shape.N2 == 0) continue;
-        SCOPED_TRACE(form);
-        const int64_t width = form == "float32" ? 2 : 1;  // 16-bit words an output element takes
-        // Rows [m0, m0 + rows) as one launch: each output's bits, then the sums of squares' bits.
-        const auto run = [&](int64_t m0, int64_t rows) {
-          kernels::SmallBatchLinearParams p{.x = dx.data() + m0 * shape.K, .rows = rows, .in_features = shape.K,
-                                            .num_outputs = 1, .input = shape.input};
-          if (shape.input != Input::plain) {
-            p.norm_weight = dnorm.data();
-            p.gate = dgate.data() + m0 * shape.K;
-            p.group = 128;
-          }
-          auto out = poisoned_bf16(size_t(rows * shape.N * width)), out2 = poisoned_bf16(size_t(rows * shape.N2));
-          cuda::DeviceBuffer<float> sums(size_t(rows * parts));
-          sums.fill_bytes(0xFF);
-          p.outputs[0] = {w.device.data(), out.data(), shape.N};
-          if (form == "float32") p.epilogue = kernels::SmallBatchEpilogue::f32;
-          if (form == "residual and sums of squares") {
-            p.residual = dres.data() + m0 * shape.N;
-            p.out_sum_sq = sums.data();
-          }
-          if (form == "two weights") {
-            p.num_outputs = 2;
-            p.outputs[1] = {w2.device.data(), out2.data(), shape.N2};
-          }
-          EXPECT_EQ(kernels::small_batch_linear_error(p), "");
-          EXPECT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
-          sync();
-          std::vector<std::vector<uint16_t>> rows_bits(static_cast<size_t>(rows));
-          const std::vector<uint16_t> o = out.download(), o2 = out2.download();
-          const std::vector<float> sq = sums.download();
-          for (int64_t m = 0; m < rows; ++m) {
-            auto& b = rows_bits[size_t(m)];
-            b.assign(o.begin() + m * shape.N * width, o.begin() + (m + 1) * shape.N * width);
-            if (form == "two weights") b.insert(b.end(), o2.begin() + m * shape.N2, o2.begin() + (m + 1) * shape.N2);
-            if (p.out_sum_sq) {
-              const size_t at = b.size();
-              b.resize(at + size_t(parts) * 2);
-              std::memcpy(b.data() + at, sq.data() + m * parts, size_t(parts) * 4);
-            }
-          }
-          return rows_bits;
-        };
-        const auto batched = run(0, M);
-        for (int64_t m = 0; m < M; ++m) EXPECT_EQ(run(m, 1)[0], batched[size_t(m)]) << "row " << m;
-      }
     }
   }
 }

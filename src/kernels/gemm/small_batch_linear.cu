@@ -13,10 +13,6 @@ constexpr int kWarps = 8;         // each takes a slice of K
 constexpr int kTileRows = 16;     // weight rows per block: the 16-row operand of mma.m16n8k16
 constexpr int kStepK = 32;        // K elements per warp step: one 16-byte load per thread and row
 constexpr int kFragment = 4;      // accumulator floats per thread (16 x 8 over 32 threads)
-// Launches of at most this many tiles are narrow (a 2,560-wide projection's 160 for 132 SMs). Over a K
-// of at most kNarrowMaxK their warps keep deeper loads up to 8 rows (kDeep); over a longer K, with
-// one weight, each tile's sums are 16 slices of K rather than 8, at every row count (kSlicesPerWarp).
-constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
 
 // 16 bytes of weights, read once and never written while the engine runs: the non-coherent path,
 // without L1 allocation, so the inputs (read by every block) stay there.
@@ -174,15 +170,21 @@ __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams
   return t;
 }
 
-// A tile's sums, added across its kSlices slices of K in slice order (a fixed order: the result is
-// deterministic and does not depend on which warps or blocks ran the slices), and written out with
-// the epilogue's op. `slice_sum(j, c, s, t)`: slice s's partial sum of weight j, input tile c, for
-// accumulator element t (lane t / 4's element t % 4). Every thread of the block must call it (at
-// least 128 of them).
-template <int kWeights, int kInputTiles, int kSlices = kWarps, typename SliceSum>
-__device__ __forceinline__ void store_summed_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
-                                                  SliceSum slice_sum) {
+// The block's sums of one tile, added across its warps in warp order (a fixed order: the result is
+// deterministic), and written out with the epilogue's op. Every thread of the block must call it.
+template <int kWeights, int kInputTiles>
+__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
+                                           const float (&acc)[kWeights][kInputTiles][kFragment]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t N = tile.features;
+  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
+#pragma unroll
+  for (int j = 0; j < kWeights; ++j)
+#pragma unroll
+    for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
+  __syncthreads();
   const int t = threadIdx.x;
   // Accumulator element i of lane l: weight row l / 4 (+ 8 for i >= 2), input row 2 (l % 4) + i % 2
   // of the input tile.
@@ -198,7 +200,7 @@ __device__ __forceinline__ void store_summed_tile(const SmallBatchLinearParams& 
     for (int j = 0; j < kWeights; ++j) {
       sum[j] = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kSlices; ++w) sum[j] += slice_sum(j, c, w, t);
+      for (int w = 0; w < kWarps; ++w) sum[j] += partial[j][c][w][t];
     }
     const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
     const bool in = m < p.rows && n < N;
@@ -229,44 +231,6 @@ __device__ __forceinline__ void store_summed_tile(const SmallBatchLinearParams& 
   }
 }
 
-// The block's sums of one tile, its warps the tile's slices, added in warp order and written out.
-// Every thread of the block must call it. (store_sliced_tile below: two slices a warp.)
-template <int kWeights, int kInputTiles>
-__device__ __forceinline__ void store_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
-                                           const float (&acc)[kWeights][kInputTiles][kFragment]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __shared__ float partial[kWeights][kInputTiles][kWarps][32 * kFragment];
-#pragma unroll
-  for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-    for (int c = 0; c < kInputTiles; ++c)
-#pragma unroll
-      for (int i = 0; i < kFragment; ++i) partial[j][c][warp][lane * kFragment + i] = acc[j][c][i];
-  __syncthreads();
-  store_summed_tile<kWeights, kInputTiles>(
-      p, tile, [&](int j, int c, int w, int t) { return partial[j][c][w][t]; });
-}
-
-// The same where each warp ran two slices of K (a narrow launch's 16 a tile): slice 2 w + h is warp
-// w's acc[h].
-template <int kWeights, int kInputTiles>
-__device__ __forceinline__ void store_sliced_tile(const SmallBatchLinearParams& p, const Tile<kWeights>& tile,
-                                                  const float (&acc)[2][kWeights][kInputTiles][kFragment]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __shared__ float partial[kWeights][kInputTiles][2 * kWarps][32 * kFragment];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < kWeights; ++j)
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c)
-#pragma unroll
-        for (int i = 0; i < kFragment; ++i) partial[j][c][2 * warp + h][lane * kFragment + i] = acc[h][j][c][i];
-  __syncthreads();
-  store_summed_tile<kWeights, kInputTiles, 2 * kWarps>(
-      p, tile, [&](int j, int c, int s, int t) { return partial[j][c][s][t]; });
-}
-
 // The rows of x as the input op makes them, into shared memory (`row_chunks` 16-byte chunks per row),
 // by the whole block; once per block, before its steps read them. Index: the kernel's K arithmetic.
 template <SmallBatchInput kInput, typename Index>
@@ -291,15 +255,10 @@ __device__ __forceinline__ void stage_input_rows(const SmallBatchLinearParams& p
 // SMs) over a short K: each warp then has 8 KB of its weights in flight rather than 4, and half its
 // slice of a 4,096-wide K issued before the wait. Measured faster for out_proj and o_proj (K = 4,096,
 // 5-12%), slower for down (K = 9,216, 5-11%) (docs/benchmarks/decode.md).
-// kSlicesPerWarp: 2 for narrow launches over a long K (kNarrowTiles; the MLP's down projection), whose
-// tiles' sums are 16 slices of K (each warp's range in two halves, each summed on its own), so that
-// from 9 rows each slice can have a warp of its own (split_tile_small_batch_linear_kernel below) and a
-// row's result stays the same. (With the deep loads the two sets of sums spill: measured on neither.)
-template <int kWeights, int kInputTiles, SmallBatchInput kInput, bool kDeep = false, int kSlicesPerWarp = 1>
+template <int kWeights, int kInputTiles, SmallBatchInput kInput, bool kDeep = false>
 __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles > 1 ? 2 : 3)
     small_batch_linear_kernel(SmallBatchLinearParams p, int64_t /*tiles: one per block*/) {
   static_assert(!kDeep || (kWeights == 1 && kInputTiles == 1), "deep launches take one weight, up to 8 rows");
-  static_assert(kSlicesPerWarp == 1 || (kWeights == 1 && kInputTiles == 1), "narrow launches take one weight");
   constexpr int kUnroll = kDeep ? 8 : kWeights == 1 ? 4 : 2;  // steps whose loads are issued before their mmas
   const Tile<kWeights> tile = find_tile<kWeights>(p, blockIdx.x);
   if (tile.row0 < 0) return;
@@ -322,9 +281,7 @@ __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles >
   // Warp `warp` takes steps [first, last) of ceil(K / 32).
   const int64_t steps = (K + kStepK - 1) / kStepK;
   const int64_t first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
-  // Two slices a warp: steps [first, middle) and [middle, last), slices 2 warp and 2 warp + 1 of 16.
-  const int64_t middle = kSlicesPerWarp == 2 ? steps * (2 * warp + 1) / (2 * kWarps) : last;
-  float acc[kSlicesPerWarp][kWeights][kInputTiles][kFragment] = {};
+  float acc[kWeights][kInputTiles][kFragment] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   uint4 w[kUnroll][kWeights][2];
   const auto load_weights = [&](int64_t s0, auto when) {
@@ -374,20 +331,10 @@ __global__ void __launch_bounds__(kWarps * 32, kDeep || kWeights * kInputTiles >
 #pragma unroll
       for (int j = 0; j < kWeights; ++j)
 #pragma unroll
-        for (int c = 0; c < kInputTiles; ++c) {
-          if constexpr (kSlicesPerWarp == 1)
-            mma_step(acc[0][j][c], w[u][j][0], w[u][j][1], x[u][c]);
-          else if (s0 + u < middle)
-            mma_step(acc[0][j][c], w[u][j][0], w[u][j][1], x[u][c]);
-          else
-            mma_step(acc[1][j][c], w[u][j][0], w[u][j][1], x[u][c]);
-        }
+        for (int c = 0; c < kInputTiles; ++c) mma_step(acc[j][c], w[u][j][0], w[u][j][1], x[u][c]);
   }
 
-  if constexpr (kSlicesPerWarp == 1)
-    store_tile<kWeights, kInputTiles>(p, tile, acc[0]);
-  else
-    store_sliced_tile<kWeights, kInputTiles>(p, tile, acc);
+  store_tile<kWeights, kInputTiles>(p, tile, acc);
 }
 
 // From 9 rows (two input tiles) the blocks are resident: the grid holds no more than fit on the
@@ -497,119 +444,26 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
 }
 
-// From 9 rows, narrow launches over a long K (kNarrowTiles: the down projection's 160 tiles): a tile's
-// 16 slices of K over a cluster of two blocks of 8 warps, a warp a slice, the slices' sums gathered by
-// the cluster's first block through distributed shared memory and added in slice order (the bits of
-// the 2-slices-a-warp kernel above at 1-8 rows). The resident blocks ran these launches with 8 warps
-// a tile, 1,280 warps for 160 tiles, 28 of the 132 SMs holding two blocks; a launch of 264 such tiles
-// (2,112 warps) streamed 36% more bytes in 21% more time (docs/benchmarks/decode.md). Three blocks an
-// SM, so that the 320 blocks of 160 tiles are all resident at once.
-template <SmallBatchInput kInput>
-__global__ void __launch_bounds__(kWarps * 32, 3)
-    split_tile_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t /*tiles: one per cluster*/) {
-  constexpr int kInputTiles = 2, kUnroll = 4, kCluster = 2, kSlices = kCluster * kWarps;
-  const int rank = int(blockIdx.x % kCluster);  // the cluster's blocks are consecutive along x
-  const Tile<1> tile = find_tile<1>(p, blockIdx.x / kCluster);
-  if (tile.row0 < 0) return;  // whole clusters: every block of one returns here, or none
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int slice = rank * kWarps + warp;
-  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
-  const int64_t N = tile.features;
-  const int64_t r0 = tile.row0 + g, r1 = tile.row0 + g + 8;
-  const uint16_t* w_row0 = tile.weight[0] + (r0 < N ? r0 : N - 1) * K;
-  const uint16_t* w_row1 = tile.weight[0] + (r1 < N ? r1 : N - 1) * K;
-  bool has_x[kInputTiles];
-#pragma unroll
-  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
-  const int steps = (K + kStepK - 1) / kStepK;
-  const int first = steps * slice / kSlices, last = steps * (slice + 1) / kSlices;
-  float acc[1][kInputTiles][kFragment] = {};
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 w[kUnroll][2];
-  const auto load_weights = [&](int s0, auto when) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int k = (s0 + u) * kStepK + 8 * q;
-      const bool in = s0 + u < last && k < K;  // K % 8 == 0: a thread's 8 are all in or all out
-      w[u][0] = in ? load_weights16<decltype(when)>(w_row0 + k) : zero;
-      w[u][1] = in ? load_weights16<decltype(when)>(w_row1 + k) : zero;
-    }
-  };
-  load_weights(first, AheadOfWait{});
-  wait_for_prior_grid();
-  allow_dependent_grid();
-  // An input op: each block stages the rows as the one-tile kernel does.
-  extern __shared__ uint4 staged[];
-  const int row_chunks = K / 8 + 1;
-  if constexpr (kInput != SmallBatchInput::plain) {
-    __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
-                                                                      : SmallBatchLinearParams::kMaxRows];
-    stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
-  }
-  for (int s0 = first; s0 < last; s0 += kUnroll) {
-    if (s0 != first) load_weights(s0, InStepLoop{});
-    uint4 x[kUnroll][kInputTiles];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int k = (s0 + u) * kStepK + 8 * q;
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) {
-        const bool in = s0 + u < last && k < K && has_x[c];
-        if constexpr (kInput == SmallBatchInput::plain)
-          x[u][c] = in ? load_input<kInput>(p, 8 * c + g, k, nullptr) : zero;
-        else
-          x[u][c] = in ? staged[(8 * c + g) * row_chunks + k / 8] : zero;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) mma_step(acc[0][c], w[u][0], w[u][1], x[u][c]);
-  }
-  __shared__ float partial[kInputTiles][kWarps][32 * kFragment];
-#pragma unroll
-  for (int c = 0; c < kInputTiles; ++c)
-#pragma unroll
-    for (int i = 0; i < kFragment; ++i) partial[c][warp][lane * kFragment + i] = acc[0][c][i];
-  cluster_arrive_release();
-  cluster_wait();  // every block's partial sums are written
-  if (rank == 0)
-    store_summed_tile<1, kInputTiles, kSlices>(p, tile, [&](int, int c, int s, int t) {
-      return *in_cluster_block(&partial[c][s % kWarps][t], uint32_t(s / kWarps));
-    });
-  cluster_arrive_release();
-  cluster_wait();  // the first block has read the others' shared memory: they may exit
-}
-
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
-// deep: 8 steps in flight up to 8 rows (kDeep). sliced: a narrow launch's 16 slices a tile, two a
-// warp up to 8 rows, a warp each over a cluster of two blocks from 9.
 template <int kWeights, SmallBatchInput kInput>
-Kernel pick_tiles(bool two_tiles, bool deep, bool sliced) {
-  if constexpr (kWeights == 1) {
-    if (sliced)
-      return two_tiles ? split_tile_small_batch_linear_kernel<kInput>
-             : deep    ? small_batch_linear_kernel<1, 1, kInput, true, 2>
-                       : small_batch_linear_kernel<1, 1, kInput, false, 2>;
-    if (deep && !two_tiles) return small_batch_linear_kernel<1, 1, kInput, true>;
-  }
+Kernel pick_tiles(bool two_tiles, bool narrow) {
   if (two_tiles) return resident_small_batch_linear_kernel<kWeights, 2, kInput>;
+  if constexpr (kWeights == 1)
+    if (narrow) return small_batch_linear_kernel<1, 1, kInput, true>;
   return small_batch_linear_kernel<kWeights, 1, kInput>;
 }
 
 // The SwiGLU pair takes a plain or RMS-normed input (the MLP's); one weight takes any.
 template <int kWeights>
-Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool deep, bool sliced) {
-  if (input == SmallBatchInput::rms_norm)
-    return pick_tiles<kWeights, SmallBatchInput::rms_norm>(two_tiles, deep, sliced);
+Kernel pick_kernel(SmallBatchInput input, bool two_tiles, bool narrow) {
+  if (input == SmallBatchInput::rms_norm) return pick_tiles<kWeights, SmallBatchInput::rms_norm>(two_tiles, narrow);
   if constexpr (kWeights == 1) {
     if (input == SmallBatchInput::gated_rms_norm)
-      return pick_tiles<1, SmallBatchInput::gated_rms_norm>(two_tiles, deep, sliced);
-    if (input == SmallBatchInput::sigmoid_gate)
-      return pick_tiles<1, SmallBatchInput::sigmoid_gate>(two_tiles, deep, sliced);
+      return pick_tiles<1, SmallBatchInput::gated_rms_norm>(two_tiles, narrow);
+    if (input == SmallBatchInput::sigmoid_gate) return pick_tiles<1, SmallBatchInput::sigmoid_gate>(two_tiles, narrow);
   }
-  return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles, deep, sliced);
+  return pick_tiles<kWeights, SmallBatchInput::plain>(two_tiles, narrow);
 }
 
 }  // namespace
@@ -626,24 +480,17 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
                                                                              // the up weight is outputs[1]
   // Few tiles (the 2,560-wide projections: 160 for 132 SMs) over a K of at most 4,096: deeper loads
-  // per warp (kDeep above). Few tiles of one weight over a longer K: 16 slices a tile (kSlicesPerWarp
-  // above), chosen by the launch's shape alone, so that a row's result does not depend on M.
-  const bool narrow = tiles <= kNarrowTiles;
-  const bool deep = p.steps_in_flight == 0 ? narrow && p.in_features <= kNarrowMaxK : p.steps_in_flight == 8;
-  const bool sliced = narrow && p.in_features > kNarrowMaxK && p.epilogue != SmallBatchEpilogue::swiglu;
-  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, deep, sliced)
-                                                                  : pick_kernel<1>(p.input, two_tiles, deep, sliced);
+  // per warp (kDeep above).
+  constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
+  const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
+                                             : p.steps_in_flight == 8;
+  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
+                                                                  : pick_kernel<1>(p.input, two_tiles, narrow);
   if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.
     const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kMaxSmallBatchStagingBytes);
     if (e != cudaSuccess) return e;
-  }
-  // From 9 rows, a narrow launch: a cluster of two blocks a tile, all resident at once.
-  if (two_tiles && sliced) {
-    constexpr unsigned kCluster = 2;
-    return launch_early_in_clusters(kernel, dim3{unsigned(tiles * kCluster)}, dim3{kWarps * 32}, kCluster, smem,
-                                    stream, launched, tiles);
   }
   // Blocks: resident ones, as many as fit at once (each takes every gridDim-th tile) or fewer where
   // asked; otherwise one per tile.

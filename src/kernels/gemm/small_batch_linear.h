@@ -6,10 +6,7 @@
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
-// resident and take tile after tile, each tile's first weights loaded while the one before is stored;
-// where there are few tiles of one weight over a long K (at most 192 tiles, K past 4,096: the MLP's down
-// projection), each tile's sum is 16 slices of K rather than 8 at any M, and from 9 rows a tile takes a
-// cluster of two blocks, a warp a slice.
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
