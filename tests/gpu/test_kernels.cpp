@@ -367,38 +367,57 @@ TEST_F(KernelTest, SmallBatchLinearEpilogues) {
 }
 
 // A row's result does not depend on the rows beside it: sixteen rows at once give, bit for bit, what
-// each gives alone (a sequence's decode tokens do not depend on its batch). For a lone weight, and for
-// the SwiGLU pair (the resident two-weight kernel at 16 rows, the one-tile kernel alone).
+// each gives alone (a sequence's decode tokens do not depend on its batch). For a lone weight and the
+// SwiGLU pair (the resident kernels at 16 rows, the one-tile kernels alone), plain and with the RMS
+// norm on the way in (from the rows' partial sums of squares: applied to each piece of x as it is read
+// at 16 rows, staged alone).
 TEST_F(KernelTest, SmallBatchLinearRowsAreIndependentOfTheBatch) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t M = kernels::SmallBatchLinearParams::kMaxRows, N = 300, K = 2560;
   const TestWeight w = random_weight(N, K, rng_), up = random_weight(N, K, rng_);
   const auto x = random_bf16_values(size_t(M * K), rng_);
   auto dx = device_bf16(x);
-  for (const bool swiglu : {false, true}) {
-    SCOPED_TRACE(swiglu ? "swiglu" : "one weight");
-    auto batched = poisoned_bf16(size_t(M * N));
-    kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1};
-    p.outputs[0] = {w.device.data(), batched.data(), N};
-    if (swiglu) {
-      p.epilogue = kernels::SmallBatchEpilogue::swiglu;
-      p.num_outputs = 2;
-      p.outputs[1] = {up.device.data(), nullptr, N};
-    }
-    ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
-    sync();
-    const std::vector<uint16_t> all = batched.download();
-    for (int64_t m = 0; m < M; ++m) {
-      auto one = poisoned_bf16(size_t(N));
-      p.x = dx.data() + m * K;
-      p.rows = 1;
-      p.outputs[0].out = one.data();
+  const auto norm_w = random_bf16_values(size_t(K), rng_, 0.3f);
+  cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
+  // Each row's sum of squares in parts of 16 features, as a residual projection leaves them.
+  const int64_t parts = kernels::small_batch_sum_sq_parts(K);
+  std::vector<float> sums(size_t(M * parts), 0.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) sums[size_t(m * parts + k / 16)] += x[size_t(m * K + k)] * x[size_t(m * K + k)];
+  cuda::DeviceBuffer<float> dsums{std::span<const float>(sums)};
+  for (const bool swiglu : {false, true})
+    for (const bool normed : {false, true}) {
+      SCOPED_TRACE(std::string(swiglu ? "swiglu" : "one weight") + (normed ? ", RMS norm on the way in" : ""));
+      auto batched = poisoned_bf16(size_t(M * N));
+      kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1};
+      p.outputs[0] = {w.device.data(), batched.data(), N};
+      if (swiglu) {
+        p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+        p.num_outputs = 2;
+        p.outputs[1] = {up.device.data(), nullptr, N};
+      }
+      if (normed) {
+        p.input = kernels::SmallBatchInput::rms_norm;
+        p.norm_weight = dnorm.data();
+        p.input_sum_sq = dsums.data();
+        p.input_sum_sq_parts = parts;
+      }
+      ASSERT_EQ(kernels::small_batch_linear_error(p), "");
       ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
       sync();
-      const std::vector<uint16_t> alone = one.download();
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + m * N)) << "row " << m;
+      const std::vector<uint16_t> all = batched.download();
+      for (int64_t m = 0; m < M; ++m) {
+        auto one = poisoned_bf16(size_t(N));
+        p.x = dx.data() + m * K;
+        p.rows = 1;
+        p.outputs[0].out = one.data();
+        if (normed) p.input_sum_sq = dsums.data() + m * parts;
+        ASSERT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
+        sync();
+        const std::vector<uint16_t> alone = one.download();
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + m * N)) << "row " << m;
+      }
     }
-  }
 }
 
 // Parameters the kernel cannot run are refused with the reason (the caller then takes the general
