@@ -658,15 +658,11 @@ ProjectionInput CudaOps::fusable(const ProjectionInput& in) {
   if (in.op == ProjectionInput::Op::none) return in;
   // Every block of the projection applies the op to all the rows it reads. For one or two rows that
   // costs less than a kernel of its own; from 8 rows it costs the step more than it saves, the GDN
-  // output norm (an exp per element) most (docs/benchmarks/decode.md). From 9 to 16 rows the RMS
-  // norm is applied to each piece of x as the resident blocks read it, unstaged.
+  // output norm (an exp per element) most (docs/benchmarks/decode.md).
   constexpr int64_t kFusedInputMaxRows = 2;
   const int64_t K = in.x.dim(-1), rows = in.x.numel() / K;
   kernels::SmallBatchLinearParams staged{.rows = rows, .in_features = K, .input = kernels::SmallBatchInput::sigmoid_gate};
-  const bool unstaged_norm = in.op == ProjectionInput::Op::rms_norm && rows > 8 &&
-                             rows <= kernels::SmallBatchLinearParams::kMaxRows;
-  if (!unstaged_norm &&
-      (rows > kFusedInputMaxRows || kernels::small_batch_staging_bytes(staged) > kernels::kMaxSmallBatchStagingBytes))
+  if (rows > kFusedInputMaxRows || kernels::small_batch_staging_bytes(staged) > kernels::kMaxSmallBatchStagingBytes)
     return materialise(in);
   if (in.op != ProjectionInput::Op::rms_norm) return in;
   const bool sums_known = residual_sum_sq_ && residual_sum_sq_->x.data() == in.x.data() &&

@@ -369,8 +369,7 @@ TEST_F(KernelTest, SmallBatchLinearEpilogues) {
 // A row's result does not depend on the rows beside it: sixteen rows at once give, bit for bit, what
 // each gives alone (a sequence's decode tokens do not depend on its batch). For a lone weight and the
 // SwiGLU pair (the resident kernels at 16 rows, the one-tile kernels alone), plain and with the RMS
-// norm on the way in (from the rows' partial sums of squares: applied to each piece of x as it is read
-// at 16 rows, staged alone).
+// norm on the way in (from the rows' partial sums of squares, staged by every block).
 TEST_F(KernelTest, SmallBatchLinearRowsAreIndependentOfTheBatch) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t M = kernels::SmallBatchLinearParams::kMaxRows, N = 300, K = 2560;

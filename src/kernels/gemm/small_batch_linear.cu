@@ -395,18 +395,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   allow_dependent_grid();
   // An input op is applied once per block: the rows, as the op makes them, staged in shared memory,
   // from which the steps below read them (each row padded by 16 bytes, so the 8 rows an mma reads lie
-  // in different banks). The RMS norm instead to each piece of x as a step reads it, from the rows'
-  // factors: staging 16 rows before the first mma cost more than the norm's own kernel
-  // (docs/benchmarks/decode.md), and the norm is a multiply per element.
-  constexpr bool kStaged = kInput != SmallBatchInput::plain && kInput != SmallBatchInput::rms_norm;
+  // in different banks).
   extern __shared__ uint4 staged[];
   const int row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
-  __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
-                                                                    : SmallBatchLinearParams::kMaxRows];
-  if constexpr (kStaged)
+  if constexpr (kInput != SmallBatchInput::plain) {
+    __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
+                                                                      : SmallBatchLinearParams::kMaxRows];
     stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
-  else if constexpr (kInput == SmallBatchInput::rms_norm)
-    input_scales<kInput>(p, scale);
+  }
   while (true) {
     float acc[kWeights][kInputTiles][kFragment] = {};
     // The steps of the kernel above, in 32-bit arithmetic, written out again on purpose: both kernels'
@@ -423,8 +419,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
 #pragma unroll
         for (int c = 0; c < kInputTiles; ++c) {
           const bool in = s0 + u < last && k < K && has_x[c];
-          if constexpr (!kStaged)
-            x[u][c] = in ? load_input<kInput>(p, 8 * c + g, k, scale) : zero;
+          if constexpr (kInput == SmallBatchInput::plain)
+            x[u][c] = in ? load_input<kInput>(p, 8 * c + g, k, nullptr) : zero;
           else
             x[u][c] = in ? staged[(8 * c + g) * row_chunks + k / 8] : zero;
         }

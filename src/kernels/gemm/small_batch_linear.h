@@ -89,12 +89,10 @@ struct SmallBatchLinearParams {
 inline int64_t small_batch_sum_sq_parts(int64_t features) { return (features + 15) / 16; }
 
 // The shared memory a launch stages its input rows in (an input op's rows), at most
-// kMaxSmallBatchStagingBytes. From 9 rows the RMS norm is applied to each piece of x as it is read,
-// unstaged.
+// kMaxSmallBatchStagingBytes.
 constexpr size_t kMaxSmallBatchStagingBytes = 96 * 1024;
 inline size_t small_batch_staging_bytes(const SmallBatchLinearParams& p) {
   if (p.input == SmallBatchInput::plain) return 0;
-  if (p.input == SmallBatchInput::rms_norm && p.rows > 8) return 0;
   return size_t(p.rows) * size_t(p.in_features / 8 + 1) * 16;  // a row of 16-byte chunks and one of padding
 }
 
