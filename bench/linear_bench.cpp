@@ -9,9 +9,9 @@
 // norm, the GDN output norm, attention's sigmoid gate), and cuBLASLt runs that op's kernel first.
 // --steps-in-flight 4 or 8 sets how many steps of weights each warp of the small-batch kernel keeps
 // in flight where it can choose (up to 8 rows, one weight per tile), rather than its own choice.
-// --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, and
-// --max-blocks caps the resident blocks (9 to 16 rows): how the time follows the number of 16-row
-// tiles and their spread over the SMs.
+// --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, --in-features
+// K at another input width, and --max-blocks caps the resident blocks (9 to 16 rows): how the time
+// follows the number of 16-row tiles, the length of each warp's slice of K, and their spread.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   bool fuse = false;
   int steps_in_flight = 0;
   std::vector<int64_t> widths;
-  int64_t max_blocks = 0;
+  int64_t in_features = 0, max_blocks = 0;
   app.add_option("--json", json_path, "write the report here");
   app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
   app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->delimiter(',')->check(CLI::Range(1, 16));
@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
                  "run the chosen one-weight layers (or the SwiGLU pair) at these output widths instead")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("--in-features", in_features, "run the chosen layers at this input width K instead (a multiple of 8)")
+      ->check(CLI::Range(int64_t(8), int64_t(1) << 20));
   app.add_option("--max-blocks", max_blocks, "at most this many resident blocks from 9 rows (0: as many as fit)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   CLI11_PARSE(app, argc, argv);
@@ -215,13 +217,16 @@ int main(int argc, char** argv) {
     for (const Case& c : kCases) {
       if (std::string(c.name).find(only_layer) == std::string::npos) continue;
       std::vector<Case> variants = {c};
+      if (in_features % 8 != 0) throw std::runtime_error("--in-features takes a multiple of 8");
+      if (in_features > 0) variants[0].K = in_features;
       if (!widths.empty()) {
         if (c.features.size() != 1 && !c.swiglu)
           throw std::runtime_error(std::string("--features takes one-weight layers or the SwiGLU pair, not '") +
                                    c.name + "' (choose with --layer)");
+        const Case base = variants[0];
         variants.clear();
         for (int64_t n : widths) {
-          Case v = c;
+          Case v = base;
           for (auto& f : v.features) f = n;
           variants.push_back(v);
         }
