@@ -582,7 +582,14 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
-  if (p.weight_stream == SmallBatchWeightStream::bulk_ring) {
+  // The narrow launches with a plain input take the bulk-copy ring where the launch chooses
+  // (docs/benchmarks/decode.md): out_proj and o_proj from 8 rows measured 4% faster with it, down and
+  // the wide layers slower.
+  const bool ring_takes_it = p.epilogue != SmallBatchEpilogue::swiglu && p.input == SmallBatchInput::plain &&
+                             p.steps_in_flight == 0 && tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK &&
+                             clusters_supported();
+  if (p.weight_stream == SmallBatchWeightStream::bulk_ring ||
+      (p.weight_stream == SmallBatchWeightStream::automatic && ring_takes_it)) {
     if (!clusters_supported()) return cudaErrorNotSupported;  // the bulk-copy engine: sm_90 and later
     const Kernel ring = two_tiles ? ring_small_batch_linear_kernel<2> : ring_small_batch_linear_kernel<1>;
     const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(ring), kRingBlockBytes);

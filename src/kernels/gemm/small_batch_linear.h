@@ -43,7 +43,8 @@ enum class SmallBatchInput {
 
 // How a block's weights reach its warps' mma operands.
 enum class SmallBatchWeightStream {
-  automatic,  // the launch's choice (registers)
+  automatic,  // the launch's choice: bulk_ring for narrow launches (at most 192 tiles over a K of at
+              // most 4,096) that it takes, registers otherwise
   registers,  // each thread loads its 16-byte pieces into registers, a few steps at a time
   bulk_ring,  // the bulk-copy engine fills a ring of shared memory per warp, several steps deep, and the
               // warps read their operands from there: one weight (not swiglu), a plain input, the
