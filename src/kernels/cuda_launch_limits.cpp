@@ -47,6 +47,15 @@ cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
   });
 }
 
+cudaError_t prefer_shared_memory_carveout(const void* kernel, int percent) {
+  bool set = false;
+  return remembered(kernel, 0, size_t(percent), set, [](const LaunchQuery& q, bool& ok) {
+    const cudaError_t e = cudaFuncSetAttribute(q.kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(q.bytes));
+    ok = e == cudaSuccess;
+    return e;
+  });
+}
+
 cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks) {
   return remembered(kernel, block_threads, smem, blocks, [](const LaunchQuery& q, int64_t& resident) {
     int sms = 0, per_sm = 0;
