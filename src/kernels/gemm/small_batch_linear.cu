@@ -588,8 +588,7 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const bool ring_takes_it = p.epilogue != SmallBatchEpilogue::swiglu && p.input == SmallBatchInput::plain &&
                              p.steps_in_flight == 0 && tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK &&
                              clusters_supported();
-  if (p.weight_stream == SmallBatchWeightStream::bulk_ring ||
-      (p.weight_stream == SmallBatchWeightStream::automatic && ring_takes_it)) {
+  if (p.weight_stream == SmallBatchWeightStream::bulk_ring || (false && ring_takes_it)) {
     if (!clusters_supported()) return cudaErrorNotSupported;  // the bulk-copy engine: sm_90 and later
     const Kernel ring = two_tiles ? ring_small_batch_linear_kernel<2> : ring_small_batch_linear_kernel<1>;
     cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(ring), kRingBlockBytes);
@@ -600,7 +599,7 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                                   : pick_kernel<1>(p.input, two_tiles, narrow);
   if (const cudaError_t e =
-          prefer_shared_memory_carveout(reinterpret_cast<const void*>(kernel), cudaSharedmemCarveoutMaxShared);
+          prefer_shared_memory_carveout(reinterpret_cast<const void*>(kernel), cudaSharedmemCarveoutMaxL1);
       e != cudaSuccess)
     return e;
   if (smem > 0) {
