@@ -262,9 +262,9 @@ inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b
 // Raises `kernel`'s limit of dynamic shared memory to `bytes` (a launch past 48 KB needs it) on the
 // current device; asked of the runtime once per device, kernel and size (cuda_launch_limits.cpp).
 cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes);
-// Sets `kernel`'s preferred split of the SM's L1 and shared memory (percent of the most shared memory,
-// cudaSharedmemCarveoutMaxShared = 100), once per device and kernel.
-cudaError_t prefer_shared_memory_carveout(const void* kernel, int percent);
+// Sets `kernel`'s preferred split of the SM's L1 and shared memory to the least shared memory that
+// holds as many of its blocks (no dynamic shared memory) as its registers allow, once per device and kernel.
+cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads);
 // How many blocks of `kernel`, `block_threads` threads and `smem` bytes of dynamic shared memory each,
 // the current device holds at once: the occupancy calculator's figure times the SMs, at least 1.
 cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks);

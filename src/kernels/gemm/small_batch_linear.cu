@@ -591,17 +591,16 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   if (p.weight_stream == SmallBatchWeightStream::bulk_ring || (false && ring_takes_it)) {
     if (!clusters_supported()) return cudaErrorNotSupported;  // the bulk-copy engine: sm_90 and later
     const Kernel ring = two_tiles ? ring_small_batch_linear_kernel<2> : ring_small_batch_linear_kernel<1>;
-    cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(ring), kRingBlockBytes);
-    if (e == cudaSuccess) e = prefer_shared_memory_carveout(reinterpret_cast<const void*>(ring), cudaSharedmemCarveoutMaxShared);
+    const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(ring), kRingBlockBytes);
     if (e != cudaSuccess) return e;
     return launch_early(ring, dim3{unsigned(tiles)}, dim3{kWarps * 32}, kRingBlockBytes, stream, launched, tiles);
   }
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                                   : pick_kernel<1>(p.input, two_tiles, narrow);
-  if (const cudaError_t e =
-          prefer_shared_memory_carveout(reinterpret_cast<const void*>(kernel), cudaSharedmemCarveoutMaxL1);
-      e != cudaSuccess)
-    return e;
+  if (smem == 0)
+    if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kWarps * 32);
+        e != cudaSuccess)
+      return e;
   if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.
