@@ -12,8 +12,6 @@
 // --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, --in-features
 // K at another input width, and --max-blocks caps the resident blocks (9 to 16 rows): how the time
 // follows the number of 16-row tiles, the length of each warp's slice of K, and their spread.
-// --weight-stream registers or bulk_ring sets how the one-weight layers' weights reach the warps
-// (kernels/gemm/small_batch_linear.h), where the layer takes that form (a plain input).
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -37,14 +35,6 @@ constexpr double kRotateBytes = 200e6;  // four times the L2
 constexpr int kLaunchesPerRep = 20;
 
 using Input = kernels::SmallBatchInput;
-
-const char* weight_stream_name(kernels::SmallBatchWeightStream s) {
-  switch (s) {
-    case kernels::SmallBatchWeightStream::registers: return "registers";
-    case kernels::SmallBatchWeightStream::bulk_ring: return "bulk_ring";
-    default: return "automatic";
-  }
-}
 
 struct Case {
   const char* name;
@@ -81,7 +71,7 @@ struct WeightSet {
 };
 
 nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int64_t max_blocks,
-                        kernels::SmallBatchWeightStream weight_stream, kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
+                        kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
   const Input input = fuse && M <= kFusedMaxRows ? c.fused : Input::plain;
   int64_t weight_elems = 0, out_elems = 0;
   for (int64_t n : c.features) weight_elems += n * c.K, out_elems += M * n;
@@ -138,7 +128,6 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
       if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
       p.max_blocks = max_blocks;
-      if (!c.swiglu && input == Input::plain) p.weight_stream = weight_stream;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }
   };
@@ -176,9 +165,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
               static_cast<long long>(M), weight_bytes / 1e6, sb_us, sb_tbps, 100.0 * sb_tbps / kCopyTBps, cb_us,
               cb_tbps, 100.0 * cb_tbps / kCopyTBps, cb_us / sb_us);
   std::fflush(stdout);
-  const bool streamed_as_asked = !c.swiglu && input == Input::plain;
-  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks},
-          {"weight_stream", streamed_as_asked ? weight_stream_name(weight_stream) : "automatic"}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
+  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
           {"small_batch_us", sb_us}, {"small_batch_tbps", sb_tbps}, {"cublaslt_us", cb_us},
           {"cublaslt_tbps", cb_tbps}, {"small_batch_ms_medians", {sb1.median_ms, sb2.median_ms}},
           {"cublaslt_ms_medians", {cb1.median_ms, cb2.median_ms}}, {"launches_per_rep", kLaunchesPerRep},
@@ -198,7 +185,6 @@ int main(int argc, char** argv) {
   int steps_in_flight = 0;
   std::vector<int64_t> widths;
   int64_t in_features = 0, max_blocks = 0;
-  std::string weight_stream_arg = "automatic";
   app.add_option("--json", json_path, "write the report here");
   app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
   app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->delimiter(',')->check(CLI::Range(1, 16));
@@ -214,30 +200,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(8), int64_t(1) << 20));
   app.add_option("--max-blocks", max_blocks, "at most this many resident blocks from 9 rows (0: as many as fit)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  app.add_option("--weight-stream", weight_stream_arg,
-                 "how a one-weight layer with a plain input streams its weights (default: the kernel's choice)")
-      ->check(CLI::IsMember({"automatic", "registers", "bulk_ring"}));
   CLI11_PARSE(app, argc, argv);
-  const kernels::SmallBatchWeightStream weight_stream = weight_stream_arg == "registers"
-                                                            ? kernels::SmallBatchWeightStream::registers
-                                                        : weight_stream_arg == "bulk_ring"
-                                                            ? kernels::SmallBatchWeightStream::bulk_ring
-                                                            : kernels::SmallBatchWeightStream::automatic;
   try {
     cudaStream_t stream;
     DI_CUDA_CHECK(cudaStreamCreate(&stream));
     kernels::CublasLtGemm gemm;
     std::mt19937_64 rng(20261130);
     if (steps_in_flight != 0) std::printf("(small batch: %d steps in flight per warp up to 8 rows)\n", steps_in_flight);
-    if (weight_stream_arg != "automatic")
-      std::printf("(small batch: one-weight layers with a plain input stream their weights by %s)\n",
-                  weight_stream_arg.c_str());
     std::printf("| layer | M | weight MB | small-batch us | TB/s | of 4.3 | cuBLASLt us | TB/s | of 4.3 | speed-up |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     nlohmann::json report = {{"provenance", provenance()},
                              {"steps_in_flight", steps_in_flight == 0 ? nlohmann::json("the kernel's choice")
                                                                       : nlohmann::json(steps_in_flight)},
-                             {"weight_stream", weight_stream_arg},
                              {"rows", nlohmann::json::array()}};
     int ran = 0;
     for (const Case& c : kCases) {
@@ -259,7 +233,7 @@ int main(int argc, char** argv) {
       }
       for (const Case& v : variants)
         for (int64_t M : rows)
-          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, weight_stream, gemm, stream, rng)), ++ran;
+          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, gemm, stream, rng)), ++ran;
     }
     if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";

@@ -274,16 +274,13 @@ cudaError_t launch_gdn_decode_step(const GdnDecodeParams& p, cudaStream_t stream
   const int64_t ctas = int64_t(p.num_seqs) * g.num_v_heads * kCtasPerHead;
   if (ctas > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   const bool kv = p.state_layout == DI_GDN_STATE_KV;
-  const auto kernel = normed ? (kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true>)
-                             : (kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false>
-                                   : gdn_decode_step_kernel<DI_GDN_STATE_VK, false>);
-  // The state's loads in flight land in the L1: as much of it as the blocks' shared memory leaves.
-  if (const cudaError_t e = kernels::prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kThreads);
-      e != cudaSuccess)
-    return e;
   if (normed)  // a head's two CTAs in one cluster (see the design note)
-    return kernels::launch_early_in_clusters(kernel, dim3(unsigned(ctas)), dim3(kThreads), kCtasPerHead, 0, stream, p);
-  return kernels::launch_early(kernel, dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
+    return kernels::launch_early_in_clusters(
+        kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, true> : gdn_decode_step_kernel<DI_GDN_STATE_VK, true>,
+        dim3(unsigned(ctas)), dim3(kThreads), kCtasPerHead, 0, stream, p);
+  return kernels::launch_early(
+      kv ? gdn_decode_step_kernel<DI_GDN_STATE_KV, false> : gdn_decode_step_kernel<DI_GDN_STATE_VK, false>,
+      dim3(unsigned(ctas)), dim3(kThreads), 0, stream, p);
 }
 
 bool gdn_decode_step_fuses_output_norm() { return kernels::clusters_supported(); }

@@ -90,44 +90,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// The bulk-copy engine (sm_90 and later): `bytes` (a multiple of 16, both addresses 16-byte aligned)
-// from global to this block's shared memory, counted against the barrier's expected bytes. One
-// thread issues it; the copy runs asynchronously and the barrier's phase completes when its
-// arrivals are in and its expected bytes have landed.
-__device__ __forceinline__ void bulk_copy_to_shared(void* smem_dst, const void* gmem_src, uint32_t bytes,
-                                                    uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(gmem_src), "r"(bytes), "r"(at)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-// One arrival on `bar` that also adds `bytes` to what its current phase waits for.
-__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(at), "r"(bytes) : "memory");
-#else
-  __trap();
-#endif
-}
-// After mbarrier_init: the barriers' initialisation visible to the bulk-copy engine.
-__device__ __forceinline__ void fence_mbarrier_init() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-// This thread's earlier shared-memory accesses ordered before the bulk-copy engine's later writes.
-__device__ __forceinline__ void fence_async_shared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 // 2^x by the hardware's approximation (relative error ~2^-22), results below 2^-126 flushed to +0
 // (2^-inf = +0). Where exp(x) = 2^(x log2 e) is wanted, this is __expf without the denormal
 // handling that the non-flushing form adds around every call (three more instructions).
@@ -262,9 +224,6 @@ inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b
 // Raises `kernel`'s limit of dynamic shared memory to `bytes` (a launch past 48 KB needs it) on the
 // current device; asked of the runtime once per device, kernel and size (cuda_launch_limits.cpp).
 cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes);
-// Sets `kernel`'s preferred split of the SM's L1 and shared memory to the least shared memory that
-// holds as many of its blocks (no dynamic shared memory) as its registers allow, once per device and kernel.
-cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads);
 // How many blocks of `kernel`, `block_threads` threads and `smem` bytes of dynamic shared memory each,
 // the current device holds at once: the occupancy calculator's figure times the SMs, at least 1.
 cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks);

@@ -47,27 +47,6 @@ cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
   });
 }
 
-cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads) {
-  bool set = false;
-  return remembered(kernel, block_threads, 0, set, [](const LaunchQuery& q, bool& ok) {
-    cudaFuncAttributes a{};
-    cudaError_t e = cudaFuncGetAttributes(&a, q.kernel);
-    int regs_per_sm = 0, smem_per_sm = 0;
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, q.device);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, q.device);
-    if (e != cudaSuccess) return e;
-    // Blocks an SM holds by its registers (allocated per warp in units of 256) and threads.
-    const int warps = (q.block_threads + 31) / 32, regs_per_warp = (a.numRegs * 32 + 255) / 256 * 256;
-    const int blocks = std::max(1, std::min(regs_per_sm / std::max(1, warps * regs_per_warp), 2048 / q.block_threads));
-    const size_t needed = size_t(blocks) * (a.sharedSizeBytes + 1024);  // 1 KB reserved per block
-    const int percent = int(std::min<size_t>(100, (needed * 100 + size_t(smem_per_sm) - 1) / size_t(smem_per_sm)));
-    e = cudaFuncSetAttribute(q.kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
-    ok = e == cudaSuccess;
-    return e;
-  });
-}
-
 cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks) {
   return remembered(kernel, block_threads, smem, blocks, [](const LaunchQuery& q, int64_t& resident) {
     int sms = 0, per_sm = 0;

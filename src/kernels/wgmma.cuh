@@ -28,8 +28,6 @@
 // wgmma_wait<0>().
 #include <cstdint>
 
-#include "kernels/cuda_common.cuh"
-
 namespace di::kernels::wgmma {
 
 constexpr int kCoreBytes = 128;  // one 8x8 bf16 core matrix
@@ -84,7 +82,9 @@ __device__ __forceinline__ Operand<true> mn_major_pieces(const void* tile, int r
   return {descriptor(tile, kCoreBytes, uint32_t(rows) * 16), 16};
 }
 
-using kernels::fence_async_shared;
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int pending>

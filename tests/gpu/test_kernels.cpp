@@ -446,19 +446,6 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.rows = 9;
       },
       "8 steps in flight take one weight per tile and up to 8 rows");
-  refused(
-      [](P& p) {
-        p.weight_stream = kernels::SmallBatchWeightStream::bulk_ring;
-        p.steps_in_flight = 4;
-      },
-      "the bulk-copy ring sets its own depth");
-  refused(
-      [](P& p) {
-        p.weight_stream = kernels::SmallBatchWeightStream::bulk_ring;
-        p.input = kernels::SmallBatchInput::sigmoid_gate;
-        p.gate = x;
-      },
-      "the bulk-copy ring takes a plain input");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -626,70 +613,6 @@ TEST_F(KernelTest, SmallBatchLinearStepsInFlightKeepTheBits) {
         }
         EXPECT_EQ(results[1], results[0]) << "4 steps against the kernel's choice" << (add ? ", residual" : "");
         EXPECT_EQ(results[2], results[0]) << "8 steps against the kernel's choice" << (add ? ", residual" : "");
-      }
-    }
-  }
-}
-
-// The weights streamed through the bulk-copy ring give the register form's bits: every row count (one
-// and two input tiles), a K whose warps' slices end inside a stage and inside a step's 32, two outputs
-// in one launch, the float32 epilogue, and the residual add with its sums of squares. Outputs
-// poisoned before each launch.
-TEST_F(KernelTest, SmallBatchLinearBulkRingKeepsTheBits) {
-  SCOPED_TRACE(testing::seed_trace(seed_));
-  using Stream = kernels::SmallBatchWeightStream;
-  struct Shape {
-    int64_t N, N2, K;
-  };
-  for (const Shape& shape : {Shape{77, 0, 328}, Shape{300, 45, 2568}, Shape{200, 0, 9216}}) {
-    const TestWeight w = random_weight(shape.N, shape.K, rng_);
-    const TestWeight w2 = random_weight(std::max<int64_t>(shape.N2, 1), shape.K, rng_);
-    for (int64_t M : {int64_t(1), int64_t(5), int64_t(8), int64_t(9), int64_t(13), int64_t(16)}) {
-      SCOPED_TRACE("N " + std::to_string(shape.N) + " K " + std::to_string(shape.K) + " M " + std::to_string(M));
-      const auto x = random_bf16_values(size_t(M * shape.K), rng_, 2.0f);
-      const auto residual = random_bf16_values(size_t(M * shape.N), rng_, 2.0f);
-      auto dx = device_bf16(x), dres = device_bf16(residual);
-      const int64_t parts = kernels::small_batch_sum_sq_parts(shape.N);
-      for (const char* variant : {"plain", "float32", "residual and sums of squares"}) {
-        SCOPED_TRACE(variant);
-        const bool is_f32 = std::string(variant) == "float32", add = std::string(variant) != "plain" && !is_f32;
-        const bool two = shape.N2 > 0 && !add;
-        struct Result {
-          std::vector<uint16_t> out, out2;
-          std::vector<float> sums;
-        };
-        const auto run = [&](Stream stream) {
-          auto out = poisoned_bf16(size_t(M * shape.N * (is_f32 ? 2 : 1)));
-          auto out2 = poisoned_bf16(size_t(M * std::max<int64_t>(shape.N2, 1) * (is_f32 ? 2 : 1)));
-          cuda::DeviceBuffer<float> sums(size_t(M * parts));
-          sums.fill_bytes(0xFF);
-          kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = shape.K,
-                                            .num_outputs = two ? 2 : 1};
-          p.outputs[0] = {w.device.data(), out.data(), shape.N};
-          if (two) p.outputs[1] = {w2.device.data(), out2.data(), shape.N2};
-          if (is_f32) p.epilogue = kernels::SmallBatchEpilogue::f32;
-          if (add) p.residual = dres.data(), p.out_sum_sq = sums.data();
-          p.weight_stream = stream;
-          EXPECT_EQ(kernels::small_batch_linear_error(p), "");
-          EXPECT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
-          sync();
-          Result r{out.download(), two ? out2.download() : std::vector<uint16_t>{}, {}};
-          if (add) r.sums = sums.download();
-          return r;
-        };
-        const Result registers = run(Stream::registers), ring = run(Stream::bulk_ring);
-        EXPECT_EQ(ring.out, registers.out);
-        EXPECT_EQ(ring.out2, registers.out2);
-        ASSERT_EQ(ring.sums.size(), registers.sums.size());
-        for (size_t i = 0; i < ring.sums.size(); ++i)
-          ASSERT_EQ(std::bit_cast<uint32_t>(ring.sums[i]), std::bit_cast<uint32_t>(registers.sums[i])) << "sum " << i;
-        // And against the reference, so that two equal wrong answers do not pass.
-        if (std::string(variant) == "plain") {
-          std::vector<float> expected(size_t(M * shape.N)), got(ring.out.size());
-          ref::linear(x.data(), M, shape.K, w.view(), expected.data(), Precision::bf16);
-          for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(ring.out[i]);
-          EXPECT_TRUE(all_close(got, expected, gemm_tolerance(shape.K), "bulk ring against the reference"));
-        }
       }
     }
   }

@@ -54,11 +54,6 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);
-  if (p.weight_stream == SmallBatchWeightStream::bulk_ring) {
-    if (p.epilogue == SmallBatchEpilogue::swiglu) return "the bulk-copy ring takes one weight per tile, not swiglu";
-    if (p.input != Input::plain) return "the bulk-copy ring takes a plain input";
-    if (p.steps_in_flight != 0) return "the bulk-copy ring sets its own depth (steps in flight 0)";
-  }
   if (p.max_blocks < 0) return fmt::format("a cap of {} blocks (0 for none)", p.max_blocks);
   return "";
 }

@@ -444,104 +444,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
 }
 
-// The weights through shared memory (SmallBatchWeightStream::bulk_ring): each warp's slice of K
-// streams into a ring of its own, kRingStages stages of kRingStageSteps steps of the tile's 16 rows,
-// each stage a bulk copy per row (lanes 0-15, one row each) counted on the stage's barrier. A warp
-// refills a stage as soon as it has read it, so up to kRingStages stages (12 KB) of its weights are in
-// flight without holding registers; the inputs, from the L2, are loaded a stage ahead. The steps,
-// their mmas and the sums across the warps are the register kernels': the same bits.
-constexpr int kRingStages = 4;
-constexpr int kRingStageSteps = 3;
-// A stage's row: 192 bytes, so that rows g and g + 1 (a quarter warp's 16-byte reads) fall in
-// different halves of the 128 bytes of banks.
-constexpr int kRingRowBytes = kRingStageSteps * kStepK * 2;
-constexpr int kRingStageBytes = kTileRows * kRingRowBytes;
-constexpr int kRingWarpBytes = kRingStages * kRingStageBytes;
-constexpr size_t kRingBlockBytes = size_t(kWarps) * kRingWarpBytes;
-
-template <int kInputTiles>
-__global__ void __launch_bounds__(kWarps * 32, 2)
-    ring_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t /*tiles: one per block*/) {
-  const Tile<1> tile = find_tile<1>(p, blockIdx.x);
-  if (tile.row0 < 0) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
-  const int64_t N = tile.features;
-
-  extern __shared__ uint4 ring_memory[];
-  unsigned char* ring = reinterpret_cast<unsigned char*>(ring_memory) + warp * kRingWarpBytes;
-  __shared__ uint64_t landed[kWarps][kRingStages];
-  if (lane == 0)
-    for (int s = 0; s < kRingStages; ++s) mbarrier_init(&landed[warp][s], 1);
-  fence_mbarrier_init();
-  __syncwarp();
-
-  // Warp `warp` takes steps [first, last) of ceil(K / 32), in stages of kRingStageSteps.
-  const int steps = (K + kStepK - 1) / kStepK;
-  const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
-  const int stages = (last - first + kRingStageSteps - 1) / kRingStageSteps;
-  // Lane r < 16 copies the tile's row r (rows past N read row N - 1; their sums are dropped).
-  const int64_t copied_row = tile.row0 + (lane < kTileRows ? lane : 0);
-  const uint16_t* row_src = tile.weight[0] + (copied_row < N ? copied_row : N - 1) * int64_t(K);
-  const auto fill = [&](int stage) {
-    const int s0 = first + stage * kRingStageSteps;
-    const int k0 = s0 * kStepK, k_end = min(min(s0 + kRingStageSteps, last) * kStepK, K);
-    const uint32_t row_bytes = uint32_t(k_end - k0) * 2;  // K % 8 == 0: a multiple of 16
-    uint64_t* bar = &landed[warp][stage % kRingStages];
-    if (lane == 0) mbarrier_arrive_expect_bytes(bar, row_bytes * kTileRows);
-    __syncwarp();
-    if (lane < kTileRows)
-      bulk_copy_to_shared(ring + (stage % kRingStages) * kRingStageBytes + lane * kRingRowBytes, row_src + k0,
-                          row_bytes, bar);
-  };
-  // The weights do not depend on the kernel ahead: the first stages are issued before the wait.
-  for (int s = 0; s < kRingStages && s < stages; ++s) fill(s);
-  wait_for_prior_grid();
-  allow_dependent_grid();
-
-  bool has_x[kInputTiles];
-#pragma unroll
-  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 x[kRingStageSteps][kInputTiles], x_next[kRingStageSteps][kInputTiles];
-  const auto load_inputs = [&](int stage, uint4 (&into)[kRingStageSteps][kInputTiles]) {
-#pragma unroll
-    for (int u = 0; u < kRingStageSteps; ++u) {
-      const int s = first + stage * kRingStageSteps + u, k = s * kStepK + 8 * q;
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) {
-        const bool in = stage < stages && s < last && k < K && has_x[c];
-        into[u][c] = in ? load_input<SmallBatchInput::plain>(p, 8 * c + g, k, nullptr) : zero;
-      }
-    }
-  };
-  load_inputs(0, x);
-  float acc[1][kInputTiles][kFragment] = {};
-  for (int stage = 0; stage < stages; ++stage) {
-    load_inputs(stage + 1, x_next);
-    mbarrier_wait(&landed[warp][stage % kRingStages], uint32_t(stage / kRingStages) & 1u);
-    const unsigned char* at = ring + (stage % kRingStages) * kRingStageBytes + 16 * q;
-#pragma unroll
-    for (int u = 0; u < kRingStageSteps; ++u) {
-      const int s = first + stage * kRingStageSteps + u;
-      const bool in = s < last && s * kStepK + 8 * q < K;
-      const uint4 w0 = in ? *reinterpret_cast<const uint4*>(at + g * kRingRowBytes + u * 64) : zero;
-      const uint4 w1 = in ? *reinterpret_cast<const uint4*>(at + (g + 8) * kRingRowBytes + u * 64) : zero;
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) mma_step(acc[0][c], w0, w1, x[u][c]);
-    }
-    // The stage's reads are done (the mmas took their values) before the copy engine writes it again.
-    fence_async_shared();
-    __syncwarp();
-    if (stage + kRingStages < stages) fill(stage + kRingStages);
-#pragma unroll
-    for (int u = 0; u < kRingStageSteps; ++u)
-#pragma unroll
-      for (int c = 0; c < kInputTiles; ++c) x[u][c] = x_next[u][c];
-  }
-  store_tile<1, kInputTiles>(p, tile, acc);
-}
-
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
@@ -582,25 +484,8 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
-  // The narrow launches with a plain input take the bulk-copy ring where the launch chooses
-  // (docs/benchmarks/decode.md): out_proj and o_proj from 8 rows measured 4% faster with it, down and
-  // the wide layers slower.
-  const bool ring_takes_it = p.epilogue != SmallBatchEpilogue::swiglu && p.input == SmallBatchInput::plain &&
-                             p.steps_in_flight == 0 && tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK &&
-                             clusters_supported();
-  if (p.weight_stream == SmallBatchWeightStream::bulk_ring || (false && ring_takes_it)) {
-    if (!clusters_supported()) return cudaErrorNotSupported;  // the bulk-copy engine: sm_90 and later
-    const Kernel ring = two_tiles ? ring_small_batch_linear_kernel<2> : ring_small_batch_linear_kernel<1>;
-    const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(ring), kRingBlockBytes);
-    if (e != cudaSuccess) return e;
-    return launch_early(ring, dim3{unsigned(tiles)}, dim3{kWarps * 32}, kRingBlockBytes, stream, launched, tiles);
-  }
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                                   : pick_kernel<1>(p.input, two_tiles, narrow);
-  if (smem == 0)
-    if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kWarps * 32);
-        e != cudaSuccess)
-      return e;
   if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.

@@ -41,16 +41,6 @@ enum class SmallBatchInput {
   sigmoid_gate,    // bf16(x * bf16(sigmoid(gate)))
 };
 
-// How a block's weights reach its warps' mma operands.
-enum class SmallBatchWeightStream {
-  automatic,  // the launch's choice: bulk_ring for narrow launches (at most 192 tiles over a K of at
-              // most 4,096) that it takes, registers otherwise
-  registers,  // each thread loads its 16-byte pieces into registers, a few steps at a time
-  bulk_ring,  // the bulk-copy engine fills a ring of shared memory per warp, several steps deep, and the
-              // warps read their operands from there: one weight (not swiglu), a plain input, the
-              // kernel's own depth. The same sums in the same order: the same bits as registers.
-};
-
 struct SmallBatchLinearParams {
   static constexpr int kMaxRows = 16;
   static constexpr int kMaxOutputs = 4;
@@ -93,8 +83,6 @@ struct SmallBatchLinearParams {
   // at once). Each takes every gridDim-th tile of 16 rows, so a small cap gives each block many (a
   // test's way to reach that). Ignored where each block takes one tile.
   int64_t max_blocks = 0;
-
-  SmallBatchWeightStream weight_stream = SmallBatchWeightStream::automatic;
 };
 
 // Partial sums of squares per row that a residual projection of N features writes.
