@@ -1,12 +1,15 @@
 // The per-device launch limits that kernels ask for before a launch (cuda_common.cuh): the dynamic
-// shared memory a kernel may take past 48 KB, and how many of its blocks a device holds at once.
-// Both are asked of the runtime once per device, kernel and size, then remembered.
+// shared memory a kernel may take past 48 KB, its split of L1 and shared memory, and how many of its
+// blocks a device holds at once. Each is asked of or told to the runtime once per device, kernel and
+// size, then remembered.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
+
+#include "kernels/carveout.h"
 
 namespace di::kernels {
 
@@ -42,6 +45,26 @@ cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
   bool allowed = false;
   return remembered(kernel, 0, bytes, allowed, [](const LaunchQuery& q, bool& ok) {
     const cudaError_t e = cudaFuncSetAttribute(q.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(q.bytes));
+    ok = e == cudaSuccess;
+    return e;
+  });
+}
+
+cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads) {
+  bool set = false;
+  return remembered(kernel, block_threads, 0, set, [](const LaunchQuery& q, bool& ok) {
+    cudaFuncAttributes a{};
+    CarveoutQuery c{.block_threads = q.block_threads};
+    cudaError_t e = cudaFuncGetAttributes(&a, q.kernel);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&c.regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, q.device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&c.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, q.device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&c.max_smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, q.device);
+    if (e != cudaSuccess) return e;
+    c.regs_per_thread = a.numRegs;
+    c.static_smem = a.sharedSizeBytes;
+    e = cudaFuncSetAttribute(q.kernel, cudaFuncAttributePreferredSharedMemoryCarveout, least_shared_memory_percent(c));
     ok = e == cudaSuccess;
     return e;
   });

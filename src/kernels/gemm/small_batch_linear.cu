@@ -486,6 +486,11 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
                                              : p.steps_in_flight == 8;
   const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                                   : pick_kernel<1>(p.input, two_tiles, narrow);
+  // A plain input stages nothing: the kernel asks for as much L1 as its blocks leave (kernels/carveout.h).
+  if (smem == 0)
+    if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kWarps * 32);
+        e != cudaSuccess)
+      return e;
   if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.
