@@ -3,6 +3,9 @@
 # overlay: every file under src/ and bench/ that differs between REV and the working tree, as it is
 # at REV (bench/ too, so that a bench taught a new field of src/ still builds against REV's),
 # at its repository path under DIR (a file the working tree added is listed in DIR/removed.txt).
+# DIR/tree.sha256 lists every file under src/ and bench/ of the working tree as it was: a round checks
+# the tree it runs in against it (check_overlay_matches_tree in scripts/gpu_build_env.sh), so that an
+# overlay made before the tree changed is refused at once rather than failing A's build.
 # Carry DIR along (it should be a git-ignored path, e.g. .device/ab-a).
 # usage: scripts/gdn_ab_overlay.sh REV DIR
 set -euo pipefail
@@ -24,4 +27,5 @@ while IFS= read -r path; do
   changed=$((changed + 1))
 done < <(git diff --name-only "$rev" -- src bench)
 [ "$changed" -gt 0 ] || { echo "src/ and bench/ are the same at $rev and in the working tree: nothing to compare" >&2; exit 1; }
+git ls-files -co --exclude-standard -- src bench | sort | xargs -d '\n' sha256sum >"$dir/tree.sha256"
 echo "$changed file(s) of src/ and bench/ as at $(cat "$dir/revision.txt") in $dir"

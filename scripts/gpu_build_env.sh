@@ -4,6 +4,7 @@
 #   configure_gpu_build SRC BUILD [CMAKE_ARGS...]   (run from the repository root)
 #   overlay_tree OVERLAY DIR      -> DIR: the working tree with an A/B overlay (scripts/gdn_ab_overlay.sh)
 #   record_gpu_state FILE         the GPU's identity and state appended to FILE
+#   check_overlay_matches_tree OVERLAY  whether this tree is the one the overlay was made against
 #   begin_ab_round OVERLAY LOG_DIR  the start of an A/B round: arguments checked, machine recorded,
 #                                 dependencies unpacked, the A tree laid out at DI_AB_TREE_A
 DI_SYSROOT=/tmp/deltainfer-sysroot
@@ -50,10 +51,25 @@ record_gpu_state() {
   echo "other processes on the GPU: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)" >>"$file"
 }
 
+# Whether the working tree's src/ and bench/ are those the overlay was made against (its tree.sha256):
+# the A tree is this tree with the overlay laid over it, so a file changed or added since would build
+# into A as it is now. Returns 2 with the files named otherwise.
+check_overlay_matches_tree() {
+  local overlay=$1 changed listed present
+  [ -f "$overlay/tree.sha256" ] || { echo "$overlay has no tree.sha256: make it again with scripts/gdn_ab_overlay.sh" >&2; return 2; }
+  changed=$(sha256sum --quiet -c "$overlay/tree.sha256" 2>/dev/null | sed 's/: .*//')
+  listed=$(sed 's/^[0-9a-f]*  //' "$overlay/tree.sha256" | sort)
+  present=$(find src bench -type f | sort)
+  changed="$changed $(comm -13 <(echo "$listed") <(echo "$present") | tr '\n' ' ')"
+  [ -z "${changed// /}" ] ||
+    { echo "the overlay $overlay was made against another tree; changed or added since: $changed; make it again with scripts/gdn_ab_overlay.sh" >&2; return 2; }
+}
+
 begin_ab_round() {
   local overlay=$1 logs=$2
   [ -n "$overlay" ] && [ -f "$overlay/revision.txt" ] ||
     { echo "--a-overlay DIR (from scripts/gdn_ab_overlay.sh) is required" >&2; return 2; }
+  check_overlay_matches_tree "$overlay" || return 2
   [ -n "$logs" ] || { echo "LOG_DIR is required" >&2; return 2; }
   mkdir -p "$logs"
   echo "source commit ${DI_SOURCE_COMMIT:-unknown} dirty ${DI_SOURCE_DIRTY:-unknown}; A = $(cat "$overlay/revision.txt")'s src/ over it" >"$logs/machine.txt"
