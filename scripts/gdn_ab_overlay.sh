@@ -2,7 +2,8 @@
 # On the development machine: the "A" side of a GDN kernel A/B round (scripts/gdn_ab_round.sh) as an
 # overlay: every file under src/ and bench/ that differs between REV and the working tree, as it is
 # at REV (bench/ too, so that a bench taught a new field of src/ still builds against REV's),
-# at its repository path under DIR (a file the working tree added is listed in DIR/removed.txt).
+# at its repository path under DIR (a file the working tree added, committed or not, is listed in
+# DIR/removed.txt).
 # DIR/tree.sha256 lists every file under src/ and bench/ of the working tree as it was: a round checks
 # the tree it runs in against it (check_overlay_matches_tree in scripts/gpu_build_env.sh), so that an
 # overlay made before the tree changed is refused at once rather than failing A's build.
@@ -25,7 +26,7 @@ while IFS= read -r path; do
     echo "$path" >>"$dir/removed.txt"
   fi
   changed=$((changed + 1))
-done < <(git diff --name-only "$rev" -- src bench)
+done < <({ git diff --name-only "$rev" -- src bench; git ls-files -o --exclude-standard -- src bench; } | sort -u)
 [ "$changed" -gt 0 ] || { echo "src/ and bench/ are the same at $rev and in the working tree: nothing to compare" >&2; exit 1; }
 git ls-files -co --exclude-standard -- src bench | sort | xargs -d '\n' sha256sum >"$dir/tree.sha256"
 echo "$changed file(s) of src/ and bench/ as at $(cat "$dir/revision.txt") in $dir"
