@@ -4,9 +4,9 @@
 //
 // The weight-streaming kernels of a decode step keep their loads in flight in the L1 (a load's data
 // lands there even where it is not kept), so the L1 that the shared memory leaves is what bounds the
-// bytes in flight. Left to choose, the driver gave the small-batch kernels at 16 rows less L1 than they
-// can have; asked for the most L1 outright, it gave them room for fewer blocks than their registers
-// allow (docs/benchmarks/decode.md). The least shared memory that still holds as many blocks as the
+// bytes in flight. With the split left to the driver, the resident small-batch kernels at 16 rows ran
+// 2-3% slower than with the one below; asked for the most L1 outright, the driver gave them room for
+// fewer blocks than their registers allow, and every layer ran 9-63% slower (docs/benchmarks/decode.md). The least shared memory that still holds as many blocks as the
 // registers and threads allow is the carveout asked for here. Plain arithmetic, so that it is tested
 // without a GPU.
 #include <algorithm>
