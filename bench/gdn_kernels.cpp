@@ -9,6 +9,7 @@
 // written once, 2 K V 4, plus q, k, v, o and the gates (small).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "gdn/decode_step.h"
 #include "gdn/dispatch.h"
 #include "gdn/prep.h"
+#include "gdn/sm90_prefill.h"
 #include "gdn/sm90_timeline.h"
 #include "gpu_timing.h"
 
@@ -30,10 +32,37 @@ namespace {
 
 constexpr double kL2Bytes = 60e6;
 
+// A batch of sequences: "NxT" (N sequences of T tokens) or "a+b+..." (one of each length).
 struct PrefillCase {
-  int num_seqs;
-  int seq_len;
+  std::string name;
+  std::vector<int> lengths;
+  int num_seqs() const { return int(lengths.size()); }
 };
+
+PrefillCase parse_prefill_case(const std::string& name) {
+  PrefillCase pc{name, {}};
+  int n = 0, t = 0;
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "%dx%d%c", &n, &t, &tail) == 2 && n > 0 && t > 0) {
+    pc.lengths.assign(size_t(n), t);
+    return pc;
+  }
+  size_t at = 0;
+  while (at <= name.size()) {
+    const size_t plus = name.find('+', at);
+    const std::string part = name.substr(at, plus == std::string::npos ? std::string::npos : plus - at);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 9)
+      fail("prefill shape '{}': want NxT or lengths joined by '+'", name);
+    pc.lengths.push_back(std::stoi(part));
+    if (plus == std::string::npos) break;
+    at = plus + 1;
+  }
+  return pc;
+}
+
+// The mixes of the peer comparison (docs/benchmarks/gdn-peers.md).
+const std::vector<std::string> kPrefillMixes = {"1x2048", "1x8192",  "1x32768",   "4x8192",
+                                                "8x2048", "32x1024", "4096+28672"};
 
 std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng, float stddev, bool unit_rows = false,
                                   int row = 128) {
@@ -58,15 +87,17 @@ struct PrefillSet {
   cuda::DeviceBuffer<int32_t> cu_seqlens;
 };
 
+// segment_tokens (sm90 only): its context split as sm90_run_split() takes it; 0 the backend's own.
 nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
-                             cudaStream_t stream, std::mt19937_64& rng, bool once = false) {
-  const int64_t T = int64_t(pc.num_seqs) * pc.seq_len, Hk = geo.num_k_heads, Hv = geo.num_v_heads;
+                             cudaStream_t stream, std::mt19937_64& rng, bool once, int32_t segment_tokens) {
+  std::vector<int32_t> cu(1, 0);
+  for (int len : pc.lengths) cu.push_back(cu.back() + len);
+  const int num_seqs = pc.num_seqs();
+  const int64_t T = cu.back(), Hk = geo.num_k_heads, Hv = geo.num_v_heads;
   const int64_t K = geo.k_dim, V = geo.v_dim;
-  const double set_bytes = double(T) * (2 * Hk * K * 2 + 2 * Hv * V * 2 + Hv * 8) + double(pc.num_seqs) * Hv * K * V * 4;
+  const double set_bytes = double(T) * (2 * Hk * K * 2 + 2 * Hv * V * 2 + Hv * 8) + double(num_seqs) * Hv * K * V * 4;
   const int sets = int(std::clamp(std::ceil(2 * kL2Bytes / set_bytes), 1.0, 8.0));
   std::vector<PrefillSet> data(static_cast<size_t>(sets));
-  std::vector<int32_t> cu(static_cast<size_t>(pc.num_seqs) + 1);
-  for (int i = 0; i <= pc.num_seqs; ++i) cu[size_t(i)] = i * pc.seq_len;
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (PrefillSet& s : data) {
     s.q = cuda::DeviceBuffer<uint16_t>(std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, true, int(K))));
@@ -77,12 +108,14 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     for (size_t i = 0; i < g.size(); ++i) g[i] = std::log(0.5f + 0.5f * u(rng)), beta[i] = u(rng);
     s.g = cuda::DeviceBuffer<float>(std::span<const float>(g));
     s.beta = cuda::DeviceBuffer<float>(std::span<const float>(beta));
-    s.state = cuda::DeviceBuffer<float>(size_t(pc.num_seqs * Hv * K * V));
+    s.state = cuda::DeviceBuffer<float>(size_t(num_seqs * Hv * K * V));
     s.state.fill_bytes(0);
     s.cu_seqlens = cuda::DeviceBuffer<int32_t>(std::span<const int32_t>(cu));
   }
-  const di_gdn_prefill_shape shape{geo, pc.num_seqs, T};
-  const size_t scratch_bytes = backend.scratch_bytes(&shape);
+  const di_gdn_prefill_shape shape{geo, num_seqs, T};
+  const bool forced_split = segment_tokens != 0 && std::string(backend.name) == "sm90";
+  const size_t scratch_bytes =
+      forced_split ? gdn::sm90_split_scratch_bytes(&shape, segment_tokens) : backend.scratch_bytes(&shape);
   cuda::DeviceBuffer<uint8_t> scratch(scratch_bytes);
   auto run = [&](int rep) {
     PrefillSet& s = data[size_t(rep % sets)];
@@ -90,7 +123,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     a.abi_version = DI_GDN_ABI_VERSION;
     a.geometry = geo;
     a.state_layout = DI_GDN_STATE_KV;
-    a.num_seqs = pc.num_seqs;
+    a.num_seqs = num_seqs;
     a.total_tokens = T;
     a.scale = 1.0f / std::sqrt(float(K));
     a.cu_seqlens = s.cu_seqlens.data();
@@ -102,17 +135,20 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     a.initial_state = s.state.data();
     a.final_state = s.state.data();
     a.out = s.out.data();
-    const int status = backend.run(&a, scratch.data(), scratch_bytes, reinterpret_cast<di_gdn_stream>(stream));
+    const auto st = reinterpret_cast<di_gdn_stream>(stream);
+    const int status = forced_split ? gdn::sm90_run_split(&a, scratch.data(), scratch_bytes, st, segment_tokens)
+                                    : backend.run(&a, scratch.data(), scratch_bytes, st);
     if (status != DI_GDN_OK) fail("backend {} returned status {}", backend.name, status);
   };
   // once: a single launch (for a profiler), no warm-up.
   const Timing t = once ? time_on_stream(stream, 0, 1, run) : time_on_stream(stream, 3, T >= 32768 ? 10 : 30, run);
   const double flop = double(T) * Hv * (2.0 * 64 * (2 * K + 2 * V) + 6.0 * K * V);
   const double tflops = flop / (t.median_ms * 1e-3) / 1e12;
-  const double bytes = set_bytes + double(pc.num_seqs) * Hv * K * V * 4;  // + the state written back
+  const double bytes = set_bytes + double(num_seqs) * Hv * K * V * 4;  // + the state written back
   return {{"backend", backend.name},
           {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
-          {"shape", std::to_string(pc.num_seqs) + "x" + std::to_string(pc.seq_len)},
+          {"shape", pc.name},
+          {"segment_tokens", forced_split ? nlohmann::json(segment_tokens) : nlohmann::json("backend's choice")},
           {"median_ms", t.median_ms},
           {"min_ms", t.min_ms},
           {"tflops", tflops},
@@ -250,7 +286,11 @@ int main(int argc, char** argv) {
   bool once = false, timeline = false;
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--backend", only_backend, "only this prefill backend (and no decode step)");
-  app.add_option("--shape", only_shape, "only this prefill shape, NxT (e.g. 4x8192)");
+  app.add_option("--shape", only_shape, "only this prefill shape: NxT (e.g. 4x8192) or lengths joined by '+'");
+  int32_t segment_tokens = 0;
+  app.add_option("--segment-tokens", segment_tokens,
+                 "sm90's context split: 0 the backend's choice, -1 none, or segments of this many tokens (a "
+                 "multiple of 64)");
   app.add_option("--heads", heads, "Hk/Hv of the prefill cases");
   app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
   std::vector<int> decode_batches = {1, 8, 64, 256};
@@ -281,7 +321,7 @@ int main(int argc, char** argv) {
     const di_gdn_geometry geo{hk, hv, 128, 128};
     nlohmann::json report = {{"provenance", bench::provenance()}, {"prefill", nlohmann::json::array()},
                              {"decode", nlohmann::json::array()}};
-    std::printf("%-10s %-6s %-9s %10s %9s %8s %9s %8s\n", "backend", "heads", "shape", "ms", "TFLOP/s", "of 784",
+    std::printf("%-10s %-6s %-11s %10s %9s %8s %9s %8s\n", "backend", "heads", "shape", "ms", "TFLOP/s", "of 784",
                 "GB/s", "scratch");
     for (const di_gdn_prefill_backend* b : gdn::prefill_backends()) {
       if (decode_only || (!only_backend.empty() && only_backend != b->name)) continue;
@@ -290,12 +330,15 @@ int main(int argc, char** argv) {
         std::printf("%-10s refuses: %s\n", b->name, v.reason.c_str());
         continue;
       }
-      for (const bench::PrefillCase pc : {bench::PrefillCase{1, 2048}, {1, 8192}, {1, 32768}, {4, 8192}}) {
-        if (!only_shape.empty() && only_shape != fmt::format("{}x{}", pc.num_seqs, pc.seq_len)) continue;
+      std::vector<std::string> mixes = bench::kPrefillMixes;
+      if (!only_shape.empty()) mixes = {only_shape};
+      for (const std::string& mix : mixes) {
+        const bench::PrefillCase pc = bench::parse_prefill_case(mix);
+        const int max_len = *std::max_element(pc.lengths.begin(), pc.lengths.end());
         // The timeline of the case's last launch: a slot for every CTA of either shape (a CTA per half
         // head at most), every chunk.
-        const int64_t timeline_ctas = int64_t(pc.num_seqs) * hv * 2;
-        const int timeline_chunks = int((pc.seq_len + 63) / 64);
+        const int64_t timeline_ctas = int64_t(pc.num_seqs()) * hv * 2;
+        const int timeline_chunks = int((max_len + 63) / 64);
         cuda::DeviceBuffer<uint64_t> stamps(timeline ? size_t(timeline_ctas) * timeline_chunks *
                                                            gdn::kTimelineGroups * gdn::kTimelineEvents
                                                      : 0);
@@ -304,7 +347,7 @@ int main(int argc, char** argv) {
           const std::string e = gdn::sm90_timeline_attach({stamps.data(), timeline_chunks});
           if (!e.empty()) fail("{}", e);
         }
-        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once);
+        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens);
         if (timeline) {
           const std::string e = gdn::sm90_timeline_attach({});
           if (!e.empty()) fail("{}", e);
@@ -312,7 +355,7 @@ int main(int argc, char** argv) {
           DI_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
           r["timeline"] = bench::timeline_report(stamps.download(), timeline_ctas, timeline_chunks, khz / 1e3);
         }
-        std::printf("%-10s %-6s %-9s %10.3f %9.1f %7.1f%% %9.0f %8zu\n", b->name,
+        std::printf("%-10s %-6s %-11s %10.3f %9.1f %7.1f%% %9.0f %8zu\n", b->name,
                     r["heads"].get<std::string>().c_str(), r["shape"].get<std::string>().c_str(),
                     r["median_ms"].get<double>(), r["tflops"].get<double>(),
                     100 * r["fraction_of_bf16_peak"].get<double>(), r["gbytes_per_s"].get<double>(),

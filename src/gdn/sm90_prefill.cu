@@ -73,6 +73,7 @@
 
 #include "gdn/backend_common.cuh"
 #include "gdn/chunk_math.cuh"
+#include "gdn/context_split.h"
 #include "gdn/sm90_timeline.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/wgmma.cuh"
@@ -273,6 +274,11 @@ template <int n>
 __device__ __forceinline__ void zero(float (&d)[n]) {
 #pragma unroll
   for (int i = 0; i < n; ++i) d[i] = 0.f;
+}
+template <int n>
+__device__ __forceinline__ void zero_pairs(uint32_t (&d)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) d[i] = 0u;
 }
 
 // The output tile staged from Oᵀ's fragment (rows = values, columns = tokens) as [64 tokens][64
@@ -514,20 +520,93 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 9);
 }
 
-template <typename C>
+// The launches of a context split (gdn/context_split.h): step 1 (a carried segment's N from a zero
+// state, or its M from the identity with v = 0; no output) or step 3 (a segment from its entry state).
+enum class SplitStep : int { carried = 1, segments = 3 };
+struct SplitWork {
+  SplitStep step;
+  const ContextSegment* segments;
+  const int32_t* carried_segment;
+  const int32_t* counts;      // segments, carried segments (the launches are sized by their bounds)
+  float* transfer;            // M of each carried segment and head, [K, K'] (K' contiguous)
+  float* local_state;         // N, [K, V]
+  const float* entry_state;   // each segment's entry state, [K, V]
+};
+
+// What a CTA computes: its tokens, its head and value tile, where its state comes from and goes to.
+struct CtaWork {
+  bool active;
+  int head, tile;
+  int64_t begin, length;
+  const float* initial;  // nullptr: zero (or the identity)
+  bool initial_kv, identity;
+  float* final_state;    // nullptr: not written
+  bool final_kv;
+  bool output, zero_v;
+};
+
+template <typename C, bool kSplit>
+__device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, const SplitWork& split) {
+  constexpr int64_t kMatrix = int64_t(kHeadDim) * kHeadDim;
+  const int Hv = args.geometry.num_v_heads;
+  const uint32_t item = blockIdx.x / uint32_t(C::kTilesPerHead);
+  CtaWork w{};
+  w.active = true;
+  w.tile = int(blockIdx.x % uint32_t(C::kTilesPerHead));
+  w.head = int(item % uint32_t(Hv));
+  w.output = true;
+  w.initial_kv = w.final_kv = args.state_layout == DI_GDN_STATE_KV;
+  // The sequence's slot in the state pools: the initial state from it, the final state to it.
+  auto pool_matrix = [&](int seq, const float* pool) -> int64_t {
+    const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
+    return pool != nullptr && slot >= 0 ? (slot * Hv + w.head) * kMatrix : int64_t(-1);
+  };
+  if constexpr (!kSplit) {
+    const int seq = int(item / uint32_t(Hv));
+    w.begin = args.cu_seqlens[seq];
+    w.length = args.cu_seqlens[seq + 1] - w.begin;
+    const int64_t in = pool_matrix(seq, args.initial_state), out = pool_matrix(seq, args.final_state);
+    if (in >= 0) w.initial = args.initial_state + in;
+    if (out >= 0) w.final_state = args.final_state + out;
+  } else if (split.step == SplitStep::carried) {
+    const int64_t carried = item / (2u * uint32_t(Hv));
+    if (carried >= split.counts[1]) return CtaWork{};
+    const ContextSegment seg = split.segments[split.carried_segment[carried]];
+    const bool transfer = (item / uint32_t(Hv)) % 2 == 1;
+    w.begin = seg.begin, w.length = seg.length;
+    w.identity = w.zero_v = transfer;
+    w.final_state = (transfer ? split.transfer : split.local_state) + (carried * Hv + w.head) * kMatrix;
+    w.final_kv = true;
+    w.output = false;
+  } else {
+    const int64_t index = item / uint32_t(Hv);
+    if (index >= split.counts[0]) return CtaWork{};
+    const ContextSegment seg = split.segments[index];
+    w.begin = seg.begin, w.length = seg.length;
+    w.initial = split.entry_state + (index * Hv + w.head) * kMatrix;
+    w.initial_kv = true;
+    const int64_t out = seg.carried < 0 ? pool_matrix(seg.seq, args.final_state) : int64_t(-1);
+    if (out >= 0) w.final_state = args.final_state + out;
+  }
+  return w;
+}
+
+template <typename C, bool kSplit>
 __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args,
-                                                                          const __grid_constant__ InputMaps maps) {
+                                                                          const __grid_constant__ InputMaps maps,
+                                                                          const SplitWork split) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
+  const CtaWork work = cta_work<C, kSplit>(args, split);
+  if (!work.active) return;  // a split launch is sized by its bounds: past the plan's counts, no work
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  const int tile = int(blockIdx.x % uint32_t(C::kTilesPerHead));
-  const int head = int((blockIdx.x / uint32_t(C::kTilesPerHead)) % uint32_t(Hv));
-  const int seq = int(blockIdx.x / (uint32_t(C::kTilesPerHead) * uint32_t(Hv)));
+  const int tile = work.tile, head = work.head;
   const int key_head = head / (Hv / Hk);
-  const int64_t seq_begin = args.cu_seqlens[seq];
-  const int64_t seq_len = args.cu_seqlens[seq + 1] - seq_begin;
+  const int64_t seq_begin = work.begin;
+  const int64_t seq_len = work.length;
+  const bool write_output = !kSplit || work.output, zero_v = kSplit && work.zero_v;
   const int num_chunks = int((seq_len + kChunk - 1) / kChunk);
   auto chunk_len = [&](int chunk) {
     const int64_t remaining = seq_len - int64_t(chunk) * kChunk;
@@ -564,9 +643,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   unsigned char* const out_s = smem + C::kOffOut + w * kMatOpBytes;  // the output's staging tile
   const wg::Fragment frag(tid);
   bf16* const out = static_cast<bf16*>(args.out);
-  const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
-  const int64_t state_base = (slot * Hv + head) * int64_t(kHeadDim) * kHeadDim;
-  const bool kv_layout = args.state_layout == DI_GDN_STATE_KV;
   auto load_chunk = [&](int chunk) {
     if (w == 0)
       load_chunk_async<C>(args, maps, Stage<C>(smem, chunk), landed + chunk % C::kInputSlots,
@@ -576,14 +652,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
 
   // Sᵀ in accumulator form: state[half][i] = S[64 half + col(i)][v0 + row(i)] (keys along the columns).
   float state[2][32];
-  if (args.initial_state != nullptr && slot >= 0) {
-    const float* src = args.initial_state + state_base;
+  if (work.initial != nullptr) {
+    const float* src = work.initial;
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int v = v0 + frag.row(i), key = 64 * half + frag.col(i);
-        if (kv_layout) {
+        if (work.initial_kv) {
           state[half][i] = src[int64_t(key) * kHeadDim + v], state[half][i + 1] = src[int64_t(key + 1) * kHeadDim + v];
         } else {
           const float2 x = *reinterpret_cast<const float2*>(src + int64_t(v) * kHeadDim + key);
@@ -592,6 +668,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       }
   } else {
     zero(state[0]), zero(state[1]);
+    if (kSplit && work.identity) {  // M's columns start as the identity's: S[key][v] = (key == v)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) state[half][i] = 64 * half + frag.col(i) == v0 + frag.row(i) ? 1.0f : 0.0f;
+    }
   }
 
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
@@ -629,6 +711,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     {
       uint32_t v_pairs[16];
       frag.load_pairs_transposed_pieces(st.v + w * kVBytes, kChunk, v_pairs);
+      if (zero_v) zero_pairs(v_pairs);  // M: the recurrence with v = 0
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int c = frag.col(i);  // tokens c, c + 1
@@ -702,20 +785,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
 
     // The output, transposed back through the staging tile (its last reads, the previous chunk's
     // stores, came before the barrier above).
-    stage_output_transposed(qs, out_s, frag);
-    state_sync(w);
-    store_output(out_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
+    if (write_output) {
+      stage_output_transposed(qs, out_s, frag);
+      state_sync(w);
+      store_output(out_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
+    }
     stamp(tid == 0, w, chunk, 7);
   }
 
-  if (args.final_state != nullptr && slot >= 0) {
-    float* dst = args.final_state + state_base;
+  if (work.final_state != nullptr) {
+    float* dst = work.final_state;
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int v = v0 + frag.row(i), key = 64 * half + frag.col(i);
-        if (kv_layout) {
+        if (work.final_kv) {
           dst[int64_t(key) * kHeadDim + v] = state[half][i], dst[int64_t(key + 1) * kHeadDim + v] = state[half][i + 1];
         } else {
           *reinterpret_cast<float2*>(dst + int64_t(v) * kHeadDim + key) = make_float2(state[half][i], state[half][i + 1]);
@@ -756,10 +841,12 @@ bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int he
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename C>
-int launch(const di_gdn_prefill_args& a, di_gdn_stream stream) {
-  const int64_t ctas = int64_t(a.num_seqs) * a.geometry.num_v_heads * C::kTilesPerHead;
+// One launch of the kernel over `pairs` (sequence or segment, value head) pairs.
+template <typename C, bool kSplit>
+int launch(const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs, const SplitWork& split = {}) {
+  const int64_t ctas = pairs * C::kTilesPerHead;
   if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
+  if (ctas == 0) return DI_GDN_OK;
   // A batch of zero-length sequences reads no input: its maps stay empty.
   InputMaps maps{};
   if (a.total_tokens > 0 &&
@@ -767,11 +854,51 @@ int launch(const di_gdn_prefill_args& a, di_gdn_stream stream) {
         encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads, kHeadDim / 8) &&
         encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads, C::kGroups * kTileV / 8)))
     return DI_GDN_LAUNCH_FAILED;
-  if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(C::kSmemBytes)) != cudaSuccess)
     return DI_GDN_LAUNCH_FAILED;
-  gdn_sm90_prefill_kernel<C><<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a, maps);
+  gdn_sm90_prefill_kernel<C, kSplit>
+      <<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a, maps, split);
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+}
+
+template <bool kSplit>
+int launch_shaped(bool whole_head, const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs,
+                  const SplitWork& split = {}) {
+  return whole_head ? launch<Head, kSplit>(a, stream, pairs, split) : launch<HalfHead, kSplit>(a, stream, pairs, split);
+}
+
+// A split batch (gdn/context_split.h): the plan, step 1 (N and M of every carried segment), the
+// carry, step 3. Every launch is sized by the split's bounds; the plan's counts idle the rest.
+int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scratch, di_gdn_stream stream) {
+  const ContextSplitScratch layout = context_split_scratch(split, a.num_seqs, a.geometry.num_v_heads);
+  auto at = [&](size_t offset) { return static_cast<unsigned char*>(scratch) + offset; };
+  const int64_t Hv = a.geometry.num_v_heads;
+  if (const int status = launch_context_plan(split, layout, scratch, a.cu_seqlens, a.num_seqs, stream);
+      status != DI_GDN_OK)
+    return status;
+  SplitWork work{};
+  work.segments = reinterpret_cast<const ContextSegment*>(at(layout.segments));
+  work.carried_segment = reinterpret_cast<const int32_t*>(at(layout.carried_segment));
+  work.counts = reinterpret_cast<const int32_t*>(at(layout.counts));
+  work.transfer = reinterpret_cast<float*>(at(layout.transfer));
+  work.local_state = reinterpret_cast<float*>(at(layout.local_state));
+  work.entry_state = reinterpret_cast<const float*>(at(layout.entry_state));
+  work.step = SplitStep::carried;
+  if (const int status = launch_shaped<true>(split.carried_whole_head, a, stream, 2 * Hv * split.max_carried, work);
+      status != DI_GDN_OK)
+    return status;
+  if (const int status = launch_context_carry(layout, scratch, a, stream); status != DI_GDN_OK) return status;
+  work.step = SplitStep::segments;
+  return launch_shaped<true>(split.segments_whole_head, a, stream, Hv * split.max_segments, work);
+}
+
+// The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h).
+ContextSplit split_for(const di_gdn_prefill_shape& shape, int num_sms, int32_t segment_tokens) {
+  if (segment_tokens < 0) return {};
+  if (segment_tokens == 0)
+    return choose_context_split(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms);
+  return context_split_of(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms, segment_tokens);
 }
 
 int sm90_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, di_gdn_state_layout layout,
@@ -793,9 +920,24 @@ int sm90_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, 
   return accept(reason, reason_capacity);
 }
 
-size_t sm90_scratch_bytes(const di_gdn_prefill_shape*) { return 0; }
+size_t sm90_scratch_bytes(const di_gdn_prefill_shape* shape) { return sm90_split_scratch_bytes(shape, 0); }
 
-int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratch_size*/, di_gdn_stream stream) {
+int sm90_run(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size, di_gdn_stream stream) {
+  return sm90_run_split(args, scratch, scratch_size, stream, 0);
+}
+
+}  // namespace
+
+size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens) {
+  if (shape == nullptr || shape->num_seqs <= 0 || shape->total_tokens < 0) return 0;
+  di_gdn_device info{};
+  if (!current_device(info)) return 0;
+  const ContextSplit split = split_for(*shape, info.num_sms, segment_tokens);
+  return context_split_scratch(split, shape->num_seqs, shape->geometry.num_v_heads).total;
+}
+
+int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size, di_gdn_stream stream,
+                   int32_t segment_tokens) {
   if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
@@ -806,17 +948,24 @@ int sm90_run(const di_gdn_prefill_args* args, void* /*scratch*/, size_t /*scratc
   if (check_geometry("sm90", g, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
   if (a.num_seqs == 0) return DI_GDN_OK;
   if (a.total_tokens > INT32_MAX) return DI_GDN_UNSUPPORTED;  // a tensor map's coordinates are int32
+  if (segment_tokens > 0 && segment_tokens % kContextSplitChunk != 0) return DI_GDN_INVALID_ARGUMENT;
 
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (sm90_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
+  const ContextSplit split = split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens}, info.num_sms, segment_tokens);
+  if (split.segment_tokens > 0) {
+    // The scratch the split needs (what scratch_bytes() said for this shape), aligned for its vectors.
+    if (scratch == nullptr || scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads).total ||
+        !aligned(scratch, 256))
+      return DI_GDN_INVALID_ARGUMENT;
+    return run_split(a, split, scratch, stream);
+  }
   // A CTA per head unless half-head CTAs would all run at once, each on an SM of its own. Both shapes
   // compute every value column the same way: the choice changes no bit of the results.
   const int64_t pairs = int64_t(a.num_seqs) * g.num_v_heads;
-  return 2 * pairs <= info.num_sms ? launch<HalfHead>(a, stream) : launch<Head>(a, stream);
+  return launch_shaped<false>(whole_head_ctas(pairs, info.num_sms), a, stream, pairs);
 }
-
-}  // namespace
 
 const di_gdn_prefill_backend& gdn_sm90_backend() {
   static const di_gdn_prefill_backend backend{"sm90", &sm90_supports, &sm90_scratch_bytes, &sm90_run};

@@ -195,6 +195,7 @@ struct RunSetup {
   bool in_place = false;       // initial_state == final_state
   bool write_final = true;     // false: final_state NULL
   uint32_t flags = 0;          // di_gdn_prefill_args.flags
+  int32_t segment_tokens = 0;  // sm90 only: its context split (sm90_run_split); 0 the backend's own
 };
 
 struct GpuResult {
@@ -249,10 +250,14 @@ GpuResult run_backend(const di_gdn_prefill_backend& backend, const Batch& b, con
 
   // The scratch the backend asks for, poisoned: nothing may rely on its contents.
   const di_gdn_prefill_shape shape{b.geometry, args.num_seqs, args.total_tokens};
-  cuda::DeviceBuffer<uint8_t> scratch(backend.scratch_bytes(&shape));
+  const bool split = setup.segment_tokens != 0 && &backend == &gdn_sm90_backend();
+  cuda::DeviceBuffer<uint8_t> scratch(split ? sm90_split_scratch_bytes(&shape, setup.segment_tokens)
+                                            : backend.scratch_bytes(&shape));
   scratch.fill_bytes(0xFF);
-  r.status = backend.run(&args, scratch.size() > 0 ? scratch.data() : nullptr, scratch.size(),
-                         reinterpret_cast<di_gdn_stream>(stream));
+  void* scratch_ptr = scratch.size() > 0 ? scratch.data() : nullptr;
+  const auto s = reinterpret_cast<di_gdn_stream>(stream);
+  r.status = split ? sm90_run_split(&args, scratch_ptr, scratch.size(), s, setup.segment_tokens)
+                   : backend.run(&args, scratch_ptr, scratch.size(), s);
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   r.out = bf16_to_floats(out.download());
   if (setup.write_final)
@@ -551,6 +556,112 @@ TEST_F(GdnPrefillBatch, GroupedValueHeadsReadTheirKeyHead) {
       expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// sm90's context split: each sequence cut into segments that run side by side, their entry states
+// carried by transfer matrices (gdn/context_split.h). Forced to segments of one to three chunks, a
+// small batch cuts into dozens of them: sequences of one segment, of a partial last one, empty ones,
+// at 2/8 heads (the shapes it is for) and 16/32, in both layouts, from zero and random states in
+// permuted slots of a larger pool, and in place.
+
+bool sm90_runs_here(const di_gdn_geometry& geometry) {
+  for (const di_gdn_prefill_backend* b : backends_on_this_gpu(geometry))
+    if (b == &gdn_sm90_backend()) return true;
+  return false;
+}
+
+TEST_F(GdnPrefillBatch, Sm90ContextSplitMatchesOracle) {
+  SCOPED_TRACE(seed_trace(seed_));
+  for (di_gdn_geometry geometry : {di_gdn_geometry{2, 8, kDim, kDim}, kQwenSmall}) {
+    if (!sm90_runs_here(geometry)) GTEST_SKIP() << "sm90 does not run on this GPU";
+    const Batch b = make_batch(geometry, {1000, 0, 64, 65, 321, 1}, rng_);
+    const int N = b.num_seqs(), Hv = geometry.num_v_heads;
+    const std::vector<float> initial = random_states(N, Hv, rng_);
+    for (bool with_initial : {false, true}) {
+      const Reference<double> want = oracle(b, with_initial ? initial : std::vector<float>{}, kScale);
+      for (int32_t segment_tokens : {64, 128, 192})
+        for (di_gdn_state_layout layout : kLayouts) {
+          SCOPED_TRACE(fmt::format("Hk {} Hv {}, segments of {} tokens, {}, {} initial state", geometry.num_k_heads,
+                                   Hv, segment_tokens, layout_str(layout), with_initial ? "random" : "NULL"));
+          RunSetup setup;
+          setup.layout = layout;
+          setup.with_initial = with_initial;
+          setup.pool_slots = N + 3;
+          setup.slots = permuted_slots(N, setup.pool_slots);
+          setup.segment_tokens = segment_tokens;
+          setup.in_place = with_initial && segment_tokens == 128;
+          const GpuResult got = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
+          expect_matches_oracle(b, want, got, setup, backend_tolerance(gdn_sm90_backend()));
+        }
+    }
+  }
+}
+
+// The split the backend chooses itself: one sequence of 8192 tokens over 2/8 heads (16 half-head
+// CTAs unsplit) is split on an H200-sized GPU. Both runs against the oracle; the split run twice
+// gives the same bits.
+TEST_F(GdnPrefillBatch, Sm90SplitsALongSequenceOfFewHeads) {
+  SCOPED_TRACE(seed_trace(seed_));
+  const di_gdn_geometry geometry{2, 8, kDim, kDim};
+  if (!sm90_runs_here(geometry)) GTEST_SKIP() << "sm90 does not run on this GPU";
+  const Batch b = make_batch(geometry, {8192}, rng_);
+  const di_gdn_prefill_shape shape{geometry, 1, b.total_tokens()};
+  if (cuda::current_device().num_sms < 100) GTEST_SKIP() << "the split policy is tuned for H100/H200-sized GPUs";
+  ASSERT_GT(gdn_sm90_backend().scratch_bytes(&shape), 0u) << "the backend did not split 2/8 1x8192";
+  EXPECT_EQ(sm90_split_scratch_bytes(&shape, -1), 0u);
+  const std::vector<float> initial = random_states(1, geometry.num_v_heads, rng_);
+  const Reference<double> want = oracle(b, initial, kScale);
+  RunSetup setup;
+  setup.pool_slots = 1;
+  std::vector<float> split_out;
+  for (int32_t segment_tokens : {0, -1, 0}) {
+    SCOPED_TRACE(segment_tokens == 0 ? "the backend's split" : "unsplit");
+    setup.segment_tokens = segment_tokens;
+    const GpuResult got = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
+    expect_matches_oracle(b, want, got, setup, backend_tolerance(gdn_sm90_backend()));
+    if (segment_tokens != 0) continue;
+    if (split_out.empty()) {
+      split_out = got.out;
+    } else {
+      EXPECT_EQ(std::memcmp(split_out.data(), got.out.data(), got.out.size() * sizeof(float)), 0)
+          << "two split runs gave different bits";
+    }
+  }
+}
+
+// A split needs its scratch: run() refuses too little, or none, before it launches anything; a
+// segment length that is not a multiple of the chunk is refused too.
+TEST_F(GdnPrefillBatch, Sm90SplitRefusesMissingScratch) {
+  const di_gdn_geometry geometry{2, 8, kDim, kDim};
+  if (!sm90_runs_here(geometry)) GTEST_SKIP() << "sm90 does not run on this GPU";
+  const Batch b = make_batch(geometry, {300, 20}, rng_);
+  const di_gdn_prefill_shape shape{geometry, b.num_seqs(), b.total_tokens()};
+  const size_t need = sm90_split_scratch_bytes(&shape, 64);
+  ASSERT_GT(need, 0u);
+  cuda::DeviceBuffer<int32_t> cu_seqlens{std::span<const int32_t>(b.cu_seqlens)};
+  cuda::DeviceBuffer<uint16_t> q{std::span<const uint16_t>(b.q)}, k{std::span<const uint16_t>(b.k)},
+      v{std::span<const uint16_t>(b.v)};
+  cuda::DeviceBuffer<float> g{std::span<const float>(b.g)}, beta{std::span<const float>(b.beta)};
+  cuda::DeviceBuffer<uint16_t> out(size_t(b.total_tokens()) * geometry.num_v_heads * kDim);
+  cuda::DeviceBuffer<uint8_t> scratch(need);
+  di_gdn_prefill_args args{};
+  args.abi_version = DI_GDN_ABI_VERSION;
+  args.geometry = geometry;
+  args.num_seqs = b.num_seqs();
+  args.total_tokens = b.total_tokens();
+  args.scale = kScale;
+  args.cu_seqlens = cu_seqlens.data();
+  args.q = q.data(), args.k = k.data(), args.v = v.data();
+  args.g = g.data(), args.beta = beta.data();
+  args.out = out.data();
+  const auto s = reinterpret_cast<di_gdn_stream>(stream_);
+  EXPECT_EQ(sm90_run_split(&args, nullptr, 0, s, 64), DI_GDN_INVALID_ARGUMENT);
+  EXPECT_EQ(sm90_run_split(&args, scratch.data(), need - 1, s, 64), DI_GDN_INVALID_ARGUMENT);
+  EXPECT_EQ(sm90_run_split(&args, scratch.data() + 4, need - 4, s, 64), DI_GDN_INVALID_ARGUMENT);
+  EXPECT_EQ(sm90_run_split(&args, scratch.data(), need, s, 100), DI_GDN_INVALID_ARGUMENT);
+  EXPECT_EQ(sm90_run_split(&args, scratch.data(), need, s, 64), DI_GDN_OK);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 // ---------------------------------------------------------------------------------------------

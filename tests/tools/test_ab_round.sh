@@ -49,6 +49,7 @@ for side in A B; do
   for run in 1 2; do
     printf 'backend    heads  shape             ms   TFLOP/s   of 784      GB/s  scratch\n' >>"$g/bench-$side.txt"
     printf 'sm90       16/32  1x8192         %s      99.5    12.7%%       481        0\n' $ms >>"$g/bench-$side.txt"
+    printf 'sm90       2/8    4096+28672     %s      44.0     5.6%%       200  51380224\n' 0.5$run >>"$g/bench-$side.txt"
   done
 done
 printf 'sm90       16/32  1x8192         0.490      87.6    11.2%%       423        0\n  timeline state 0    chunk    6527 cycles\n' \
@@ -57,6 +58,7 @@ cp "$d/machine.txt" "$g/machine.txt"
 printf '[  FAILED  ] 2 tests, listed below:\n[  PASSED  ] 38 tests.\n' >"$g/tests.log"
 out=$(python3 "$tool" means gdn "$g" 2>&1)
 check "a GDN case" "| 16/32 | 1x8192 | 0.400 (2) | 0.380 (2) | 0.950 |" "$out"
+check "a batch of unequal lengths" "| 2/8 | 4096+28672 | 0.515 (2) | 0.515 (2) | 1.000 |" "$out"
 
 # Recorded into a data file that has other rounds: kept, the new one added with its provenance.
 echo '{"note": "kept", "rounds": {"older": {"what": "x"}}}' >"$work/data.json"

@@ -54,7 +54,7 @@ DECODE_MEASURES = {
 # Measures a round makes only when asked (decode_ab_round.sh --prefill).
 OPTIONAL_MEASURES = {"prefill_ms"}
 GDN_MEASURES = {
-    "median_ms": ("bench", r"^(\S+)\s+(\d+/\d+)\s+(\d+x\d+)\s+([\d.]+)\s", lambda m: f"{m[2]} {m[3]}", 4, "ms",
+    "median_ms": ("bench", r"^(\S+)\s+(\d+/\d+)\s+(\d+x\d+|\d+(?:\+\d+)+)\s+([\d.]+)\s", lambda m: f"{m[2]} {m[3]}", 4, "ms",
                   "heads shape"),
 }
 

@@ -1,0 +1,102 @@
+#include "gdn/context_split.h"
+
+#include <algorithm>
+
+namespace di::gdn {
+namespace {
+
+constexpr int kDim = 128;  // K == V
+
+// The model's constants, from the H200 (docs/benchmarks/gdn-sm90.md): a chunk of a half-head CTA
+// alone on its SM (16/32 1x8192: 0.382 ms for 128 chunks) and of whole-head CTAs one an SM (16/64
+// 4x8192: 1.236 ms for 128 chunks in two waves); one step of the carry (a 128 x 128 by 128 x 128
+// product per head in float32) and each launch the split adds (plan, step 1, the carry).
+constexpr double kHalfHeadChunkUs = 3.0;
+constexpr double kWholeHeadChunkUs = 4.85;
+constexpr double kCarryStepUs = 3.0;
+constexpr double kLaunchUs = 4.0;
+// A split must be estimated at least this much faster: the model is rough.
+constexpr double kSplitGain = 0.8;
+// The shortest segment: a CTA's start (its first loads, the state read) and end must stay small
+// beside its chunks.
+constexpr int32_t kMinSegmentTokens = 8 * kContextSplitChunk;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One launch of the prefill kernel sized for `grid_pairs` pairs, `pairs` of them with work, each of
+// `chunks` chunks: its shape follows the grid (as launched), its waves the pairs that run.
+double launch_us(int64_t grid_pairs, int64_t pairs, int64_t chunks, int num_sms) {
+  if (pairs <= 0 || chunks <= 0) return 0;
+  if (!whole_head_ctas(grid_pairs, num_sms)) return double(ceil_div(2 * pairs, num_sms) * chunks) * kHalfHeadChunkUs;
+  return double(ceil_div(pairs, num_sms) * chunks) * kWholeHeadChunkUs;
+}
+
+}  // namespace
+
+ContextSplit context_split_of(int num_seqs, int64_t total_tokens, int num_v_heads, int num_sms,
+                              int32_t segment_tokens) {
+  ContextSplit s;
+  if (num_seqs <= 0 || total_tokens < 0 || num_v_heads <= 0 || segment_tokens <= 0 ||
+      segment_tokens % kContextSplitChunk != 0)
+    return s;
+  s.segment_tokens = segment_tokens;
+  s.max_carried = int32_t(total_tokens / segment_tokens);
+  s.max_segments = s.max_carried + num_seqs;
+  s.carried_whole_head = whole_head_ctas(2 * int64_t(s.max_carried) * num_v_heads, num_sms);
+  s.segments_whole_head = whole_head_ctas(int64_t(s.max_segments) * num_v_heads, num_sms);
+
+  // The estimate, for sequences of equal length.
+  const int64_t length = ceil_div(total_tokens, num_seqs);
+  const int64_t segments = segments_of(length, segment_tokens);
+  const int64_t chunks = ceil_div(std::min<int64_t>(length, segment_tokens), kContextSplitChunk);
+  const int64_t heads = num_v_heads;
+  s.estimated_plain_us = launch_us(num_seqs * heads, num_seqs * heads, ceil_div(length, kContextSplitChunk), num_sms);
+  s.estimated_us = 3 * kLaunchUs +
+                   launch_us(2 * int64_t(s.max_carried) * heads, 2 * num_seqs * (segments - 1) * heads, chunks, num_sms) +
+                   double(segments - 1) * kCarryStepUs +
+                   launch_us(int64_t(s.max_segments) * heads, num_seqs * segments * heads, chunks, num_sms);
+  return s;
+}
+
+ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_heads, int num_sms) {
+  if (num_seqs <= 0 || total_tokens <= 0 || num_v_heads <= 0 || num_sms <= 0) return {};
+  // Batches that fill the GPU already run whole-head CTAs: a split only adds work there.
+  if (whole_head_ctas(int64_t(num_seqs) * num_v_heads, num_sms)) return {};
+  const int64_t length = ceil_div(total_tokens, num_seqs);
+  ContextSplit best;
+  double plain_us = 0;
+  // Candidates: 8, 12, 16, 24, 32, ... chunks, shorter than the sequences.
+  for (int64_t chunks = kMinSegmentTokens / kContextSplitChunk; chunks * kContextSplitChunk < length;
+       chunks += std::max<int64_t>(4, (chunks / 2) & ~int64_t(3))) {
+    if (chunks * kContextSplitChunk > INT32_MAX) break;
+    const ContextSplit s = context_split_of(num_seqs, total_tokens, num_v_heads, num_sms,
+                                            int32_t(chunks * kContextSplitChunk));
+    plain_us = s.estimated_plain_us;
+    if (best.segment_tokens == 0 || s.estimated_us < best.estimated_us) best = s;
+  }
+  if (best.segment_tokens == 0 || best.estimated_us > kSplitGain * plain_us) return {};
+  return best;
+}
+
+ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads) {
+  ContextSplitScratch s;
+  if (split.segment_tokens == 0) return s;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t offset = at;
+    at += (bytes + 255) / 256 * 256;
+    return offset;
+  };
+  const size_t matrix = size_t(kDim) * kDim * sizeof(float) * size_t(num_v_heads);
+  s.segments = take(sizeof(ContextSegment) * size_t(split.max_segments));
+  s.carried_segment = take(sizeof(int32_t) * size_t(std::max(split.max_carried, 1)));
+  s.seq_first = take(sizeof(int32_t) * size_t(num_seqs + 1));
+  s.counts = take(2 * sizeof(int32_t));
+  s.transfer = take(matrix * size_t(split.max_carried));
+  s.local_state = take(matrix * size_t(split.max_carried));
+  s.entry_state = take(matrix * size_t(split.max_segments));
+  s.total = at;
+  return s;
+}
+
+}  // namespace di::gdn

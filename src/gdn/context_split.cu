@@ -1,0 +1,154 @@
+// The device steps of a context split (gdn/context_split.h): the plan that cuts the sequences into
+// segments, and the carry of the state across them (step 2). Step 1 and step 3 are launches of the
+// prefill kernel itself (sm90_prefill.cu).
+#include "gdn/context_split.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::gdn {
+namespace {
+
+constexpr int kDim = 128;          // K == V
+constexpr int kCarryColumns = 16;  // value columns of the state one block carries
+constexpr int kCarryThreads = 256; // 16 columns x 16 groups of 8 rows
+constexpr int kCarryRows = kDim * kCarryColumns / kCarryThreads;
+constexpr int kTransferStride = kDim + 1;  // floats per row of M in shared memory: conflict-free columns
+constexpr size_t kCarrySmemBytes = (size_t(kDim) * kTransferStride + size_t(kDim) * kCarryColumns) * sizeof(float);
+
+template <typename T>
+T* at(void* scratch, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<unsigned char*>(scratch) + offset);
+}
+
+// One block. Thread 0 counts every sequence's segments (the batches that split have few sequences);
+// then the block writes the segment table.
+__global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, int32_t segment_tokens,
+                                     int32_t max_segments, int32_t max_carried, ContextSegment* segments,
+                                     int32_t* carried_segment, int32_t* seq_first, int32_t* counts) {
+  if (threadIdx.x == 0) {
+    int32_t segs = 0, carried = 0;
+    for (int s = 0; s < num_seqs; ++s) {
+      seq_first[s] = segs;
+      int32_t n = segments_of(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], segment_tokens);
+      n = min(n, min(max_segments - segs, max_carried - carried + 1));  // the bounds (see the header)
+      if (n > 0) segs += n, carried += n - 1;
+    }
+    seq_first[num_seqs] = segs;
+    counts[0] = segs, counts[1] = carried;
+  }
+  __syncthreads();
+  for (int s = 0; s < num_seqs; ++s) {
+    const int32_t first = seq_first[s], n = seq_first[s + 1] - first, begin = cu_seqlens[s];
+    const int32_t end = cu_seqlens[s + 1];
+    const int32_t carried_before = first - s;  // each earlier sequence has exactly one last segment
+    for (int32_t j = int32_t(threadIdx.x); j < n; j += int32_t(blockDim.x)) {
+      const bool last = j == n - 1;
+      const int32_t seg_begin = begin + j * segment_tokens;
+      segments[first + j] = ContextSegment{seg_begin, last ? max(end - seg_begin, 0) : segment_tokens, s,
+                                           last ? -1 : carried_before + j};
+      if (!last) carried_segment[carried_before + j] = first + j;
+    }
+  }
+}
+
+struct CarryParams {
+  const ContextSegment* segments;
+  const int32_t* seq_first;
+  const float* transfer;     // M [carried, Hv, K, K]
+  const float* local_state;  // N [carried, Hv, K, V]
+  float* entry_state;        // [segments, Hv, K, V]
+  const float* initial_state;
+  const int32_t* state_indices;
+  bool kv_layout;
+  int num_v_heads;
+};
+
+// Block (sequence, head, 16 value columns): the columns' entry state of the sequence's first segment
+// is its initial state; each carried segment's M and N make the next one's, S <- M S + N in float32
+// (M S summed over keys in order, then N added: the same bits every run).
+__global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const CarryParams p) {
+  extern __shared__ float carry_smem[];
+  float* const m_s = carry_smem;                              // [K][kTransferStride]
+  float* const s_s = carry_smem + size_t(kDim) * kTransferStride;  // [K][kCarryColumns]
+  constexpr int kBlocksPerHead = kDim / kCarryColumns;
+  const int Hv = p.num_v_heads;
+  const int c0 = int(blockIdx.x % kBlocksPerHead) * kCarryColumns;
+  const int head = int(blockIdx.x / kBlocksPerHead) % Hv;
+  const int seq = int(blockIdx.x / kBlocksPerHead) / Hv;
+  const int first = p.seq_first[seq], end = p.seq_first[seq + 1];
+  if (first >= end) return;
+  const int tid = int(threadIdx.x);
+  auto matrix = [&](int64_t index) { return (index * Hv + head) * kDim * kDim; };
+
+  const int64_t slot = p.state_indices != nullptr ? p.state_indices[seq] : seq;
+  for (int i = tid; i < kDim * kCarryColumns; i += kCarryThreads) {
+    const int key = i / kCarryColumns, col = c0 + i % kCarryColumns;
+    float x = 0.0f;
+    if (p.initial_state != nullptr && slot >= 0)
+      x = p.initial_state[matrix(slot) + (p.kv_layout ? key * kDim + col : col * kDim + key)];
+    s_s[i] = x;
+    p.entry_state[matrix(first) + key * kDim + col] = x;
+  }
+  const int col = tid % kCarryColumns, row0 = (tid / kCarryColumns) * kCarryRows;
+  for (int g = first; g + 1 < end; ++g) {
+    const int64_t carried = p.segments[g].carried;
+    const float4* m = reinterpret_cast<const float4*>(p.transfer + matrix(carried));
+    __syncthreads();  // the state is written; the last step's reads of M are done
+    for (int i = tid; i < kDim * kDim / 4; i += kCarryThreads) {
+      const float4 x = m[i];
+      float* dst = m_s + (i / (kDim / 4)) * kTransferStride + (i % (kDim / 4)) * 4;
+      dst[0] = x.x, dst[1] = x.y, dst[2] = x.z, dst[3] = x.w;
+    }
+    __syncthreads();
+    float acc[kCarryRows] = {};
+    for (int k = 0; k < kDim; ++k) {
+      const float s = s_s[k * kCarryColumns + col];
+#pragma unroll
+      for (int r = 0; r < kCarryRows; ++r) acc[r] = fmaf(m_s[(row0 + r) * kTransferStride + k], s, acc[r]);
+    }
+    __syncthreads();  // every read of the state is done before it is replaced
+    const float* n = p.local_state + matrix(carried);
+#pragma unroll
+    for (int r = 0; r < kCarryRows; ++r) {
+      const int row = row0 + r;
+      const float x = acc[r] + n[row * kDim + c0 + col];
+      s_s[row * kCarryColumns + col] = x;
+      p.entry_state[matrix(g + 1) + row * kDim + c0 + col] = x;
+    }
+  }
+}
+
+}  // namespace
+
+int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& layout, void* scratch,
+                        const int32_t* cu_seqlens, int num_seqs, di_gdn_stream stream) {
+  plan_segments_kernel<<<1, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      cu_seqlens, num_seqs, split.segment_tokens, split.max_segments, split.max_carried,
+      at<ContextSegment>(scratch, layout.segments), at<int32_t>(scratch, layout.carried_segment),
+      at<int32_t>(scratch, layout.seq_first), at<int32_t>(scratch, layout.counts));
+  return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+}
+
+int launch_context_carry(const ContextSplitScratch& layout, void* scratch, const di_gdn_prefill_args& args,
+                         di_gdn_stream stream) {
+  if (cudaFuncSetAttribute(carry_entry_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kCarrySmemBytes)) != cudaSuccess)
+    return DI_GDN_LAUNCH_FAILED;
+  const CarryParams p{at<const ContextSegment>(scratch, layout.segments),
+                      at<const int32_t>(scratch, layout.seq_first),
+                      at<const float>(scratch, layout.transfer),
+                      at<const float>(scratch, layout.local_state),
+                      at<float>(scratch, layout.entry_state),
+                      args.initial_state,
+                      args.state_indices,
+                      args.state_layout == DI_GDN_STATE_KV,
+                      args.geometry.num_v_heads};
+  const int64_t blocks = int64_t(args.num_seqs) * args.geometry.num_v_heads * (kDim / kCarryColumns);
+  carry_entry_states_kernel<<<unsigned(blocks), kCarryThreads, kCarrySmemBytes,
+                              reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+}
+
+}  // namespace di::gdn
