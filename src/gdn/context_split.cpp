@@ -23,11 +23,11 @@ constexpr int32_t kMinSegmentTokens = 8 * kContextSplitChunk;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// One launch of the prefill kernel sized for `grid_pairs` pairs, `pairs` of them with work, each of
-// `chunks` chunks: its shape follows the grid (as launched), its waves the pairs that run.
-double launch_us(int64_t grid_pairs, int64_t pairs, int64_t chunks, int num_sms) {
+// A step of the split over `pairs` (segment, head) pairs of `chunks` chunks each, in the shape the
+// plan chooses for them.
+double launch_us(int64_t pairs, int64_t chunks, int num_sms) {
   if (pairs <= 0 || chunks <= 0) return 0;
-  if (!whole_head_ctas(grid_pairs, num_sms)) return double(ceil_div(2 * pairs, num_sms) * chunks) * kHalfHeadChunkUs;
+  if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * kHalfHeadChunkUs;
   return double(ceil_div(pairs, num_sms) * chunks) * kWholeHeadChunkUs;
 }
 
@@ -42,19 +42,18 @@ ContextSplit context_split_of(int num_seqs, int64_t total_tokens, int num_v_head
   s.segment_tokens = segment_tokens;
   s.max_carried = int32_t(total_tokens / segment_tokens);
   s.max_segments = s.max_carried + num_seqs;
-  s.carried_whole_head = whole_head_ctas(2 * int64_t(s.max_carried) * num_v_heads, num_sms);
-  s.segments_whole_head = whole_head_ctas(int64_t(s.max_segments) * num_v_heads, num_sms);
+  s.carried_may_be_whole_head = whole_head_ctas(2 * int64_t(s.max_carried) * num_v_heads, num_sms);
+  s.segments_may_be_whole_head = whole_head_ctas(int64_t(s.max_segments) * num_v_heads, num_sms);
 
   // The estimate, for sequences of equal length.
   const int64_t length = ceil_div(total_tokens, num_seqs);
   const int64_t segments = segments_of(length, segment_tokens);
   const int64_t chunks = ceil_div(std::min<int64_t>(length, segment_tokens), kContextSplitChunk);
   const int64_t heads = num_v_heads;
-  s.estimated_plain_us = launch_us(num_seqs * heads, num_seqs * heads, ceil_div(length, kContextSplitChunk), num_sms);
-  s.estimated_us = 3 * kLaunchUs +
-                   launch_us(2 * int64_t(s.max_carried) * heads, 2 * num_seqs * (segments - 1) * heads, chunks, num_sms) +
-                   double(segments - 1) * kCarryStepUs +
-                   launch_us(int64_t(s.max_segments) * heads, num_seqs * segments * heads, chunks, num_sms);
+  s.estimated_plain_us = launch_us(num_seqs * heads, ceil_div(length, kContextSplitChunk), num_sms);
+  const int launches = 3 + int(s.carried_may_be_whole_head) + int(s.segments_may_be_whole_head);
+  s.estimated_us = launches * kLaunchUs + launch_us(2 * num_seqs * (segments - 1) * heads, chunks, num_sms) +
+                   double(segments - 1) * kCarryStepUs + launch_us(num_seqs * segments * heads, chunks, num_sms);
   return s;
 }
 
@@ -91,7 +90,7 @@ ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seq
   s.segments = take(sizeof(ContextSegment) * size_t(split.max_segments));
   s.carried_segment = take(sizeof(int32_t) * size_t(std::max(split.max_carried, 1)));
   s.seq_first = take(sizeof(int32_t) * size_t(num_seqs + 1));
-  s.counts = take(2 * sizeof(int32_t));
+  s.counts = take(4 * sizeof(int32_t));
   s.transfer = take(matrix * size_t(split.max_carried));
   s.local_state = take(matrix * size_t(split.max_carried));
   s.entry_state = take(matrix * size_t(split.max_segments));

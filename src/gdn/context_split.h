@@ -40,8 +40,11 @@ struct ContextSplit {
   int32_t segment_tokens = 0;   // L
   int32_t max_segments = 0;     // any batch of this size has at most total / L + num_seqs segments
   int32_t max_carried = 0;      // and at most total / L carried ones
-  bool carried_whole_head = false;   // the launch of step 1 in whole-head CTAs (else half-head)
-  bool segments_whole_head = false;  // the launch of step 3
+  // Whether step 1 and step 3 may need whole-head CTAs: their pairs, as many as the bounds allow,
+  // would not all run at once in half-head ones. The plan then chooses the shape from the pairs the
+  // batch has (both shapes are launched, the other one's CTAs return at once); otherwise half-head.
+  bool carried_may_be_whole_head = false;
+  bool segments_may_be_whole_head = false;
   double estimated_us = 0;           // the model's time for the split (see choose_context_split)
   double estimated_plain_us = 0;     // and for the batch unsplit
 };
@@ -51,7 +54,8 @@ struct ContextSplitScratch {
   size_t segments = 0;         // ContextSegment [max_segments]
   size_t carried_segment = 0;  // int32 [max_carried]: the segment of each carried index
   size_t seq_first = 0;        // int32 [num_seqs + 1]: the first segment of each sequence
-  size_t counts = 0;           // int32 [2]: segments, carried segments
+  size_t counts = 0;           // int32 [4]: segments, carried segments, and the state warpgroups of a
+                               // CTA of step 1 and of step 3 (2 whole head, 1 half head)
   size_t transfer = 0;         // f32 [max_carried, Hv, K, K]: M, [K, K'] with K' contiguous
   size_t local_state = 0;      // f32 [max_carried, Hv, K, V]: N, V contiguous
   size_t entry_state = 0;      // f32 [max_segments, Hv, K, V]: each segment's entry state
@@ -62,7 +66,7 @@ inline constexpr int kContextSplitChunk = 64;  // the prefill kernel's chunk: L 
 
 // Whether the prefill kernel runs `pairs` (segment or sequence, value head) pairs in whole-head CTAs:
 // unless half-head ones (twice as many) all run at once, one an SM.
-inline bool whole_head_ctas(int64_t pairs, int num_sms) { return 2 * pairs > int64_t(num_sms); }
+DI_GDN_HOST_DEVICE inline bool whole_head_ctas(int64_t pairs, int num_sms) { return 2 * pairs > int64_t(num_sms); }
 
 // The split of a batch of `num_seqs` sequences and `total_tokens` tokens over `num_v_heads` heads
 // into segments of `segment_tokens` (a positive multiple of 64): its bounds and launch shapes.
@@ -89,7 +93,7 @@ DI_GDN_HOST_DEVICE inline int32_t segments_of(int64_t length, int32_t segment_to
 // whose sequences end past the bounds of `split` (cu_seqlens past total_tokens, against the ABI) gets
 // no segments past them: memory stays safe, its results are undefined.
 int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& layout, void* scratch,
-                        const int32_t* cu_seqlens, int num_seqs, di_gdn_stream stream);
+                        const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms, di_gdn_stream stream);
 // Step 2: each segment's entry state, from the sequence's initial state (the args' pool, layout and
 // indices; zero without one) through the carried segments' M and N.
 int launch_context_carry(const ContextSplitScratch& layout, void* scratch, const di_gdn_prefill_args& args,

@@ -527,7 +527,8 @@ struct SplitWork {
   SplitStep step;
   const ContextSegment* segments;
   const int32_t* carried_segment;
-  const int32_t* counts;      // segments, carried segments (the launches are sized by their bounds)
+  const int32_t* counts;      // segments, carried segments (the launches are sized by their bounds),
+                              // the CTA shape of step 1 and of step 3 (state warpgroups)
   float* transfer;            // M of each carried segment and head, [K, K'] (K' contiguous)
   float* local_state;         // N, [K, V]
   const float* entry_state;   // each segment's entry state, [K, V]
@@ -570,7 +571,7 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     if (out >= 0) w.final_state = args.final_state + out;
   } else if (split.step == SplitStep::carried) {
     const int64_t carried = item / (2u * uint32_t(Hv));
-    if (carried >= split.counts[1]) return CtaWork{};
+    if (carried >= split.counts[1] || split.counts[2] != C::kGroups) return CtaWork{};
     const ContextSegment seg = split.segments[split.carried_segment[carried]];
     const bool transfer = (item / uint32_t(Hv)) % 2 == 1;
     w.begin = seg.begin, w.length = seg.length;
@@ -580,7 +581,7 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     w.output = false;
   } else {
     const int64_t index = item / uint32_t(Hv);
-    if (index >= split.counts[0]) return CtaWork{};
+    if (index >= split.counts[0] || split.counts[3] != C::kGroups) return CtaWork{};
     const ContextSegment seg = split.segments[index];
     w.begin = seg.begin, w.length = seg.length;
     w.initial = split.entry_state + (index * Hv + w.head) * kMatrix;
@@ -600,7 +601,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
   const CtaWork work = cta_work<C, kSplit>(args, split);
-  if (!work.active) return;  // a split launch is sized by its bounds: past the plan's counts, no work
+  if (!work.active) return;  // a split's launches are sized by its bounds and made in both shapes: no work
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
   const int tile = work.tile, head = work.head;
   const int key_head = head / (Hv / Hk);
@@ -862,19 +863,26 @@ int launch(const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs, co
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
 }
 
-template <bool kSplit>
-int launch_shaped(bool whole_head, const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs,
-                  const SplitWork& split = {}) {
-  return whole_head ? launch<Head, kSplit>(a, stream, pairs, split) : launch<HalfHead, kSplit>(a, stream, pairs, split);
+int launch_plain(bool whole_head, const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs) {
+  return whole_head ? launch<Head, false>(a, stream, pairs) : launch<HalfHead, false>(a, stream, pairs);
+}
+
+// A step of a split: in half-head CTAs, and in whole-head ones too where the plan may choose them
+// (the shape the plan did not choose returns at once).
+int launch_split_step(bool may_be_whole_head, const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs,
+                      const SplitWork& split) {
+  if (may_be_whole_head)
+    if (const int status = launch<Head, true>(a, stream, pairs, split); status != DI_GDN_OK) return status;
+  return launch<HalfHead, true>(a, stream, pairs, split);
 }
 
 // A split batch (gdn/context_split.h): the plan, step 1 (N and M of every carried segment), the
 // carry, step 3. Every launch is sized by the split's bounds; the plan's counts idle the rest.
-int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scratch, di_gdn_stream stream) {
+int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scratch, int num_sms, di_gdn_stream stream) {
   const ContextSplitScratch layout = context_split_scratch(split, a.num_seqs, a.geometry.num_v_heads);
   auto at = [&](size_t offset) { return static_cast<unsigned char*>(scratch) + offset; };
   const int64_t Hv = a.geometry.num_v_heads;
-  if (const int status = launch_context_plan(split, layout, scratch, a.cu_seqlens, a.num_seqs, stream);
+  if (const int status = launch_context_plan(split, layout, scratch, a.cu_seqlens, a.num_seqs, int(Hv), num_sms, stream);
       status != DI_GDN_OK)
     return status;
   SplitWork work{};
@@ -885,12 +893,12 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   work.local_state = reinterpret_cast<float*>(at(layout.local_state));
   work.entry_state = reinterpret_cast<const float*>(at(layout.entry_state));
   work.step = SplitStep::carried;
-  if (const int status = launch_shaped<true>(split.carried_whole_head, a, stream, 2 * Hv * split.max_carried, work);
+  if (const int status = launch_split_step(split.carried_may_be_whole_head, a, stream, 2 * Hv * split.max_carried, work);
       status != DI_GDN_OK)
     return status;
   if (const int status = launch_context_carry(layout, scratch, a, stream); status != DI_GDN_OK) return status;
   work.step = SplitStep::segments;
-  return launch_shaped<true>(split.segments_whole_head, a, stream, Hv * split.max_segments, work);
+  return launch_split_step(split.segments_may_be_whole_head, a, stream, Hv * split.max_segments, work);
 }
 
 // The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h).
@@ -959,12 +967,12 @@ int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratc
     if (scratch == nullptr || scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads).total ||
         !aligned(scratch, 256))
       return DI_GDN_INVALID_ARGUMENT;
-    return run_split(a, split, scratch, stream);
+    return run_split(a, split, scratch, info.num_sms, stream);
   }
   // A CTA per head unless half-head CTAs would all run at once, each on an SM of its own. Both shapes
   // compute every value column the same way: the choice changes no bit of the results.
   const int64_t pairs = int64_t(a.num_seqs) * g.num_v_heads;
-  return launch_shaped<false>(whole_head_ctas(pairs, info.num_sms), a, stream, pairs);
+  return launch_plain(whole_head_ctas(pairs, info.num_sms), a, stream, pairs);
 }
 
 const di_gdn_prefill_backend& gdn_sm90_backend() {

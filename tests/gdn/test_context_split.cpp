@@ -111,7 +111,7 @@ TEST(ContextSplit, ScratchRegionsAreAlignedAndDisjoint) {
   const size_t matrix = 128 * 128 * 4 * 8;
   const std::vector<std::pair<size_t, size_t>> regions = {
       {l.segments, sizeof(ContextSegment) * 22}, {l.carried_segment, 4 * 19}, {l.seq_first, 4 * 4},
-      {l.counts, 8}, {l.transfer, matrix * 19}, {l.local_state, matrix * 19}, {l.entry_state, matrix * 22}};
+      {l.counts, 16}, {l.transfer, matrix * 19}, {l.local_state, matrix * 19}, {l.entry_state, matrix * 22}};
   for (size_t i = 0; i < regions.size(); ++i) {
     EXPECT_EQ(regions[i].first % 256, 0u) << "region " << i;
     const size_t end = regions[i].first + regions[i].second;
