@@ -7,16 +7,19 @@ namespace {
 
 constexpr int kDim = 128;  // K == V
 
-// The model's constants, from the H200 (docs/benchmarks/gdn-sm90.md): a chunk of a half-head CTA
-// alone on its SM (16/32 1x8192: 0.382 ms for 128 chunks) and of whole-head CTAs one an SM (16/64
-// 4x8192: 1.236 ms for 128 chunks in two waves); one step of the carry (a 128 x 128 by 128 x 128
-// product per head in float32) and each launch the split adds (plan, step 1, the carry).
-constexpr double kHalfHeadChunkUs = 3.0;
-constexpr double kWholeHeadChunkUs = 4.85;
-constexpr double kCarryStepUs = 3.0;
-constexpr double kLaunchUs = 4.0;
-// A split must be estimated at least this much faster: the model is rough.
-constexpr double kSplitGain = 0.8;
+// The model's constants (microseconds), fitted on the H200 to 60 timings of 10 batches unsplit and
+// split into segments of 512 .. 8192 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism"),
+// within 5% on all but one: a chunk of a half-head CTA alone on its SM, a chunk of whole-head CTAs
+// one an SM, a CTA's start and end (its first loads, the state read and written, the pipeline's fill
+// and drain: once a wave), one step of the carry, each launch the split adds.
+constexpr double kHalfHeadChunkUs = 2.8;
+constexpr double kWholeHeadChunkUs = 4.6;
+constexpr double kCtaStartEndUs = 20.0;
+constexpr double kCarryStepUs = 1.5;
+constexpr double kLaunchUs = 2.0;
+// A split must be estimated at least this much faster: the model's error (5% on the timings it was
+// fitted to) is less than the margin.
+constexpr double kSplitGain = 0.9;
 // The shortest segment: a CTA's start (its first loads, the state read) and end must stay small
 // beside its chunks.
 constexpr int32_t kMinSegmentTokens = 8 * kContextSplitChunk;
@@ -27,8 +30,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // plan chooses for them.
 double launch_us(int64_t pairs, int64_t chunks, int num_sms) {
   if (pairs <= 0 || chunks <= 0) return 0;
-  if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * kHalfHeadChunkUs;
-  return double(ceil_div(pairs, num_sms) * chunks) * kWholeHeadChunkUs;
+  if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * kHalfHeadChunkUs + kCtaStartEndUs;
+  return double(ceil_div(pairs, num_sms)) * (double(chunks) * kWholeHeadChunkUs + kCtaStartEndUs);
 }
 
 }  // namespace
@@ -64,9 +67,10 @@ ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_
   const int64_t length = ceil_div(total_tokens, num_seqs);
   ContextSplit best;
   double plain_us = 0;
-  // Candidates: 8, 12, 16, 24, 32, ... chunks, shorter than the sequences.
+  // Candidates: 8, 12, 16, 24, 32, 48, ... chunks (powers of two and one and a half times them),
+  // shorter than the sequences.
   for (int64_t chunks = kMinSegmentTokens / kContextSplitChunk; chunks * kContextSplitChunk < length;
-       chunks += std::max<int64_t>(4, (chunks / 2) & ~int64_t(3))) {
+       chunks = (chunks & (chunks - 1)) == 0 ? chunks + chunks / 2 : chunks / 3 * 4) {
     if (chunks * kContextSplitChunk > INT32_MAX) break;
     const ContextSplit s = context_split_of(num_seqs, total_tokens, num_v_heads, num_sms,
                                             int32_t(chunks * kContextSplitChunk));

@@ -76,7 +76,7 @@ ContextSplit context_split_of(int num_seqs, int64_t total_tokens, int num_v_head
 // The split the sm90 backend makes (segment_tokens 0: none). A model of the kernel's measured times
 // (docs/benchmarks/gdn-sm90.md) estimates the plain launch and the split for each candidate L,
 // taking the sequences as equally long (the host knows only their number and total); it splits when
-// the best split is estimated at most 0.8 of the plain launch.
+// the best split is estimated at most 0.9 of the plain launch.
 ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_heads, int num_sms);
 
 ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads);
