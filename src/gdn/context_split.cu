@@ -34,14 +34,22 @@ T* at(void* scratch, size_t offset) {
 // One block. Thread 0 counts every sequence's segments (the batches that split have few sequences);
 // then the block writes the segment table.
 __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms,
-                                     int32_t segment_tokens, int32_t max_segments, int32_t max_carried,
-                                     ContextSegment* segments, int32_t* carried_segment, int32_t* seq_first,
-                                     int32_t* counts) {
+                                     int32_t segment_tokens, bool plan_decides, int launches, int32_t max_segments,
+                                     int32_t max_carried, ContextSegment* segments, int32_t* carried_segment,
+                                     int32_t* seq_first, int32_t* counts) {
+  __shared__ int32_t tokens;  // the segment length planned: segment_tokens, or whole sequences
   if (threadIdx.x == 0) {
+    tokens = segment_tokens;
+    if (plan_decides) {  // the cost model on the real lengths, as the host ran it on assumed ones
+      SplitWorkload w;
+      w.segment_tokens = segment_tokens, w.num_v_heads = num_v_heads;
+      for (int s = 0; s < num_seqs; ++s) w.add(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s]);
+      if (!w.worth_splitting(num_sms, launches)) tokens = INT32_MAX;  // every sequence one segment
+    }
     int32_t segs = 0, carried = 0;
     for (int s = 0; s < num_seqs; ++s) {
       seq_first[s] = segs;
-      int32_t n = segments_of(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], segment_tokens);
+      int32_t n = segments_of(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], tokens);
       n = min(n, min(max_segments - segs, max_carried - carried + 1));  // the bounds (see the header)
       if (n > 0) segs += n, carried += n - 1;
     }
@@ -57,9 +65,9 @@ __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, in
     const int32_t carried_before = first - s;  // each earlier sequence has exactly one last segment
     for (int32_t j = int32_t(threadIdx.x); j < n; j += int32_t(blockDim.x)) {
       const bool last = j == n - 1;
-      const int32_t seg_begin = begin + j * segment_tokens;
-      segments[first + j] = ContextSegment{seg_begin, last ? max(end - seg_begin, 0) : segment_tokens, s,
-                                           last ? -1 : carried_before + j};
+      const int32_t seg_begin = begin + j * tokens;  // j > 0 only when tokens is segment_tokens
+      segments[first + j] = ContextSegment{seg_begin, last ? max(end - seg_begin, 0) : tokens, s,
+                                           last ? -1 : carried_before + j, n > 1 ? first + j : -1};
       if (!last) carried_segment[carried_before + j] = first + j;
     }
   }
@@ -77,8 +85,9 @@ struct CarryParams {
   int num_v_heads;
 };
 
-// Block (sequence, head, 8 value columns): the columns' entry state of the sequence's first segment
-// is its initial state; each carried segment's M and N make the next one's, S <- M S + N in float32
+// Block (sequence, head, 8 value columns) of a sequence of several segments: the columns' entry state
+// of its first segment is its initial state (copied: in place, the last segment writes the slot while
+// the first may still read it); each carried segment's M and N make the next one's, S <- M S + N in float32
 // (M S summed over keys in order, then N added: the same bits every run).
 __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const CarryParams p) {
   extern __shared__ __align__(16) float carry_smem[];
@@ -89,7 +98,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   const int head = int(blockIdx.x / kBlocksPerHead) % Hv;
   const int seq = int(blockIdx.x / kBlocksPerHead) / Hv;
   const int first = p.seq_first[seq], end = p.seq_first[seq + 1];
-  if (first >= end) return;
+  if (end - first <= 1) return;  // one segment: it reads the sequence's initial state itself
   const int tid = int(threadIdx.x);
   auto matrix = [&](int64_t index) { return (index * Hv + head) * kDim * kDim; };
   auto transfer_s = [&](int step) { return carry_smem + (step % 2) * (kTransferBytes / sizeof(float)); };
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
 int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& layout, void* scratch,
                         const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms, di_gdn_stream stream) {
   plan_segments_kernel<<<1, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      cu_seqlens, num_seqs, num_v_heads, num_sms, split.segment_tokens, split.max_segments, split.max_carried,
+      cu_seqlens, num_seqs, num_v_heads, num_sms, split.segment_tokens, split.plan_decides, split_launches(split), split.max_segments, split.max_carried,
       at<ContextSegment>(scratch, layout.segments), at<int32_t>(scratch, layout.carried_segment),
       at<int32_t>(scratch, layout.seq_first), at<int32_t>(scratch, layout.counts));
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;

@@ -584,8 +584,12 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     if (index >= split.counts[0] || split.counts[3] != C::kGroups) return CtaWork{};
     const ContextSegment seg = split.segments[index];
     w.begin = seg.begin, w.length = seg.length;
-    w.initial = split.entry_state + (index * Hv + w.head) * kMatrix;
-    w.initial_kv = true;
+    if (seg.entry >= 0) {
+      w.initial = split.entry_state + (int64_t(seg.entry) * Hv + w.head) * kMatrix;
+      w.initial_kv = true;
+    } else if (const int64_t in = pool_matrix(seg.seq, args.initial_state); in >= 0) {
+      w.initial = args.initial_state + in;
+    }
     const int64_t out = seg.carried < 0 ? pool_matrix(seg.seq, args.final_state) : int64_t(-1);
     if (out >= 0) w.final_state = args.final_state + out;
   }

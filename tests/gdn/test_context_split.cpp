@@ -68,6 +68,36 @@ TEST(ContextSplit, LongSequencesOfFewHeadsAreSplit) {
   EXPECT_EQ(choose_context_split(1, 100, 2, kH200Sms).segment_tokens, 0);
 }
 
+// Where sequences of equal length would not split but one long sequence among short ones would, the
+// host takes the split and the plan decides on the real lengths, with the same model: it splits
+// 4096 + 28672 over 4/16 heads and keeps 16384 + 16384 whole.
+TEST(ContextSplit, ThePlanDecidesWhatTheSizeCannotTell) {
+  const ContextSplit s = choose_context_split(2, 32768, 16, kH200Sms);
+  ASSERT_GT(s.segment_tokens, 0);
+  EXPECT_TRUE(s.plan_decides);
+  auto plan_splits = [&](std::initializer_list<int64_t> lengths) {
+    SplitWorkload w;
+    w.segment_tokens = s.segment_tokens, w.num_v_heads = 16;
+    for (int64_t n : lengths) w.add(n);
+    return w.worth_splitting(kH200Sms, split_launches(s));
+  };
+  EXPECT_EQ(s.segment_tokens, choose_context_split(1, 32768, 16, kH200Sms).segment_tokens);
+  EXPECT_TRUE(plan_splits({4096, 28672}));
+  EXPECT_TRUE(plan_splits({1, 32767}));
+  EXPECT_FALSE(plan_splits({16384, 16384}));
+  // Equal lengths that split: the host's estimate is the plan's, and a forced split is not re-decided.
+  const ContextSplit one = choose_context_split(1, 32768, 8, kH200Sms);
+  EXPECT_TRUE(one.plan_decides);
+  EXPECT_FALSE(context_split_of(1, 32768, 8, kH200Sms, 1024).plan_decides);
+  // 2/8 over 8 x 2048: the host cannot rule out one long sequence, the plan keeps these whole.
+  const ContextSplit eight = choose_context_split(8, 16384, 8, kH200Sms);
+  ASSERT_GT(eight.segment_tokens, 0);
+  SplitWorkload w;
+  w.segment_tokens = eight.segment_tokens, w.num_v_heads = 8;
+  for (int i = 0; i < 8; ++i) w.add(2048);
+  EXPECT_FALSE(w.worth_splitting(kH200Sms, split_launches(eight)));
+}
+
 // The bounds hold for any batch of that size: the segments the plan cuts (segments_of per
 // sequence) never exceed max_segments, the carried ones (all but each sequence's last) never
 // max_carried. Random lengths, empty sequences included, and the extremes (one long sequence; all
