@@ -68,15 +68,7 @@ ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_
   if (whole_head_ctas(int64_t(num_seqs) * num_v_heads, num_sms)) return {};
   // Sequences of equal length (the first takes what the division leaves).
   const int64_t share = total_tokens / num_seqs;
-  ContextSplit s = best_split(num_seqs, total_tokens, total_tokens - share * (num_seqs - 1), num_v_heads, num_sms);
-  // Else L as for one sequence of all the tokens (the batch could be one long sequence and short
-  // ones), the launches sized for num_seqs: the plan decides on the real lengths.
-  if (s.segment_tokens == 0 && num_seqs > 1) {
-    const ContextSplit one = best_split(1, total_tokens, total_tokens, num_v_heads, num_sms);
-    if (one.segment_tokens != 0) s = context_split_of(num_seqs, total_tokens, num_v_heads, num_sms, one.segment_tokens);
-  }
-  s.plan_decides = s.segment_tokens != 0;
-  return s;
+  return best_split(num_seqs, total_tokens, total_tokens - share * (num_seqs - 1), num_v_heads, num_sms);
 }
 
 ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads) {

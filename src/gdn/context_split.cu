@@ -34,18 +34,11 @@ T* at(void* scratch, size_t offset) {
 // One block. Thread 0 counts every sequence's segments (the batches that split have few sequences);
 // then the block writes the segment table.
 __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms,
-                                     int32_t segment_tokens, bool plan_decides, int launches, int32_t max_segments,
-                                     int32_t max_carried, ContextSegment* segments, int32_t* carried_segment,
-                                     int32_t* seq_first, int32_t* counts) {
-  __shared__ int32_t tokens;  // the segment length planned: segment_tokens, or whole sequences
+                                     int32_t segment_tokens, int32_t max_segments, int32_t max_carried,
+                                     ContextSegment* segments, int32_t* carried_segment, int32_t* seq_first,
+                                     int32_t* counts) {
+  const int32_t tokens = segment_tokens;
   if (threadIdx.x == 0) {
-    tokens = segment_tokens;
-    if (plan_decides) {  // the cost model on the real lengths, as the host ran it on assumed ones
-      SplitWorkload w;
-      w.segment_tokens = segment_tokens, w.num_v_heads = num_v_heads;
-      for (int s = 0; s < num_seqs; ++s) w.add(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s]);
-      if (!w.worth_splitting(num_sms, launches)) tokens = INT32_MAX;  // every sequence one segment
-    }
     int32_t segs = 0, carried = 0;
     for (int s = 0; s < num_seqs; ++s) {
       seq_first[s] = segs;
@@ -65,7 +58,7 @@ __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, in
     const int32_t carried_before = first - s;  // each earlier sequence has exactly one last segment
     for (int32_t j = int32_t(threadIdx.x); j < n; j += int32_t(blockDim.x)) {
       const bool last = j == n - 1;
-      const int32_t seg_begin = begin + j * tokens;  // j > 0 only when tokens is segment_tokens
+      const int32_t seg_begin = begin + j * tokens;
       segments[first + j] = ContextSegment{seg_begin, last ? max(end - seg_begin, 0) : tokens, s,
                                            last ? -1 : carried_before + j, n > 1 ? first + j : -1};
       if (!last) carried_segment[carried_before + j] = first + j;
@@ -164,7 +157,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
 int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& layout, void* scratch,
                         const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms, di_gdn_stream stream) {
   plan_segments_kernel<<<1, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      cu_seqlens, num_seqs, num_v_heads, num_sms, split.segment_tokens, split.plan_decides, split_launches(split), split.max_segments, split.max_carried,
+      cu_seqlens, num_seqs, num_v_heads, num_sms, split.segment_tokens, split.max_segments, split.max_carried,
       at<ContextSegment>(scratch, layout.segments), at<int32_t>(scratch, layout.carried_segment),
       at<int32_t>(scratch, layout.seq_first), at<int32_t>(scratch, layout.counts));
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;

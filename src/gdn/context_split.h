@@ -12,12 +12,12 @@
 // Step 1 doubles the state work of the carried segments: a split pays only when it turns idle SMs
 // into busy ones. This header is the arithmetic of the split (whether to split, L, the bounds the
 // launches are sized by, the cost model, the scratch): plain C++, so the CPU tests check it. The host
-// never reads cu_seqlens (device memory, no synchronisation): it picks L from the batch's size, a
-// plan kernel cuts the sequences on the device into the table below, and every launch is sized by
-// what any batch of this size could need. Where the host cannot tell from the size alone whether a
-// split pays (it does for one long sequence among short ones, not for sequences of equal length),
-// the plan decides from the lengths with the same cost model, and a batch it does not split runs as
-// unsplit (the same bits; a few microseconds of launches more).
+// never reads cu_seqlens (device memory, no synchronisation): it picks L from the batch's size,
+// taking the sequences as equally long, a plan kernel cuts the sequences on the device into the
+// table below, and every launch is sized by what any batch of this size could need. (A batch of one
+// long sequence among short ones would pay a split that equal lengths do not; letting the plan
+// decide on the real lengths was measured and not kept: the launches a kept-whole batch still makes
+// cost it ~30 us, docs/benchmarks/gdn-sm90.md.)
 #include <cstddef>
 #include <cstdint>
 
@@ -51,7 +51,6 @@ struct ContextSplit {
   // batch has (both shapes are launched, the other one's CTAs return at once); otherwise half-head.
   bool carried_may_be_whole_head = false;
   bool segments_may_be_whole_head = false;
-  bool plan_decides = false;  // the plan may keep the batch whole (the backend's own split, not a forced one)
   double estimated_us = 0;           // the model's time for the split (see choose_context_split)
   double estimated_plain_us = 0;     // and for the batch unsplit
 };
@@ -86,7 +85,7 @@ inline constexpr double kHalfHeadChunkUs = 2.8, kWholeHeadChunkUs = 4.6, kCtaSta
 
 // One launch of the prefill kernel over `pairs` pairs of at most `chunks` chunks, in the shape
 // whole_head_ctas() gives them.
-DI_GDN_HOST_DEVICE inline double prefill_launch_us(int64_t pairs, int64_t chunks, int num_sms) {
+inline double prefill_launch_us(int64_t pairs, int64_t chunks, int num_sms) {
   if (pairs <= 0 || chunks <= 0) return 0;
   if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * kHalfHeadChunkUs + kCtaStartEndUs;
   return double((pairs + num_sms - 1) / num_sms) * (double(chunks) * kWholeHeadChunkUs + kCtaStartEndUs);
@@ -98,32 +97,32 @@ DI_GDN_HOST_DEVICE inline int32_t segments_of(int64_t length, int32_t segment_to
   return length <= 0 ? 1 : int32_t((length + segment_tokens - 1) / segment_tokens);
 }
 
-// What the cost model needs of a batch, unsplit and cut into segments of segment_tokens: the
-// sequences are added one by one (add), on the host for an assumed batch, in the plan for the real.
+// What the cost model needs of a batch, unsplit and cut into segments of segment_tokens, the
+// sequences added one by one.
 struct SplitWorkload {
   int32_t segment_tokens = 0;
   int num_v_heads = 0;
   int64_t sequences = 0, longest = 0;   // unsplit: the pairs are sequences x heads
   int64_t carried = 0, segments = 0;    // carried segments (each an N and an M pair per head), segments
   int64_t most_carried = 0;             // the carry's steps: the most carried segments of one sequence
-  DI_GDN_HOST_DEVICE void add(int64_t length) {
+  void add(int64_t length) {
     const int64_t n = segments_of(length, segment_tokens);
     ++sequences, segments += n, carried += n - 1;
     longest = length > longest ? length : longest;
     most_carried = n - 1 > most_carried ? n - 1 : most_carried;
   }
-  DI_GDN_HOST_DEVICE double unsplit_us(int num_sms) const {
+  double unsplit_us(int num_sms) const {
     return prefill_launch_us(sequences * num_v_heads, (longest + kContextSplitChunk - 1) / kContextSplitChunk, num_sms);
   }
   // `launches`: the split's launches (plan, step 1 in one or two shapes, carry, step 3 in one or two).
-  DI_GDN_HOST_DEVICE double split_us(int num_sms, int launches) const {
+  double split_us(int num_sms, int launches) const {
     const int64_t longest_segment = longest < segment_tokens ? longest : segment_tokens;
     const int64_t chunks = (longest_segment + kContextSplitChunk - 1) / kContextSplitChunk;
     return launches * kSplitLaunchUs + prefill_launch_us(2 * carried * num_v_heads, chunks, num_sms) +
            double(most_carried) * kCarryStepUs + prefill_launch_us(segments * num_v_heads, chunks, num_sms);
   }
   // Whether the split is worth its launches and its doubled state work on these sequences.
-  DI_GDN_HOST_DEVICE bool worth_splitting(int num_sms, int launches) const {
+  bool worth_splitting(int num_sms, int launches) const {
     return carried > 0 && split_us(num_sms, launches) <= kContextSplitGain * unsplit_us(num_sms);
   }
 };
@@ -138,11 +137,9 @@ inline int split_launches(const ContextSplit& s) {
   return 3 + int(s.carried_may_be_whole_head) + int(s.segments_may_be_whole_head);
 }
 
-// The split the sm90 backend makes (segment_tokens 0: none), from the cost model, for each
-// candidate L: first with the sequences taken as equally long; when that does not split, L as for one
-// sequence of all the tokens (the estimates returned are still those of equal lengths), and the plan
-// decides from the real lengths (plan_decides; it does for the first case too). A split is made when estimated at most
-// kContextSplitGain of the unsplit run.
+// The split the sm90 backend makes (segment_tokens 0: none): the candidate L the cost model
+// estimates fastest for sequences of equal length, when that is at most kContextSplitGain of the
+// unsplit run.
 ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_heads, int num_sms);
 
 ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads);
@@ -153,8 +150,6 @@ ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seq
 // The plan: the segments of every sequence of cu_seqlens (device memory) and the counts. A batch
 // whose sequences end past the bounds of `split` (cu_seqlens past total_tokens, against the ABI) gets
 // no segments past them: memory stays safe, its results are undefined.
-// With split.plan_decides, a batch the cost model does not split on its real lengths is planned as one
-// segment a sequence.
 int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& layout, void* scratch,
                         const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms, di_gdn_stream stream);
 // Step 2: each segment's entry state, from the sequence's initial state (the args' pool, layout and

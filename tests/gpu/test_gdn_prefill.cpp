@@ -630,42 +630,6 @@ TEST_F(GdnPrefillBatch, Sm90SplitsALongSequenceOfFewHeads) {
   }
 }
 
-// Batches whose size does not tell whether a split pays: the plan decides on the real lengths. It
-// splits one long sequence among short ones (4096 + 28672 over 4/16 heads), and keeps eight of 2048
-// over 2/8 whole, which must then give the unsplit run's bits. Both against the oracle.
-TEST_F(GdnPrefillBatch, Sm90PlanDecidesOnTheRealLengths) {
-  SCOPED_TRACE(seed_trace(seed_));
-  if (cuda::current_device().num_sms < 100) GTEST_SKIP() << "the split policy is tuned for H100/H200-sized GPUs";
-  struct Case {
-    di_gdn_geometry geometry;
-    std::vector<int> lengths;
-    bool same_bits_as_unsplit;
-  };
-  for (const Case& c : {Case{{4, 16, kDim, kDim}, {4096, 28672}, false},
-                        Case{{2, 8, kDim, kDim}, std::vector<int>(8, 2048), true}}) {
-    if (!sm90_runs_here(c.geometry)) GTEST_SKIP() << "sm90 does not run on this GPU";
-    const Batch b = make_batch(c.geometry, c.lengths, rng_);
-    SCOPED_TRACE(fmt::format("{}/{} heads, {} sequences of {} tokens", c.geometry.num_k_heads, c.geometry.num_v_heads,
-                             b.num_seqs(), b.total_tokens()));
-    const di_gdn_prefill_shape shape{c.geometry, b.num_seqs(), b.total_tokens()};
-    ASSERT_GT(gdn_sm90_backend().scratch_bytes(&shape), 0u) << "the host did not leave the decision to the plan";
-    const std::vector<float> initial = random_states(b.num_seqs(), c.geometry.num_v_heads, rng_);
-    const Reference<double> want = oracle(b, initial, kScale);
-    RunSetup setup;
-    setup.pool_slots = b.num_seqs();
-    const GpuResult planned = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
-    expect_matches_oracle(b, want, planned, setup, backend_tolerance(gdn_sm90_backend()));
-    if (!c.same_bits_as_unsplit) continue;
-    setup.segment_tokens = -1;
-    const GpuResult unsplit = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
-    ASSERT_EQ(unsplit.status, DI_GDN_OK);
-    EXPECT_EQ(std::memcmp(planned.out.data(), unsplit.out.data(), unsplit.out.size() * sizeof(float)), 0)
-        << "the output differs from the unsplit run's";
-    EXPECT_EQ(std::memcmp(planned.pool_after.data(), unsplit.pool_after.data(), unsplit.pool_after.size() * sizeof(float)), 0)
-        << "the final states differ from the unsplit run's";
-  }
-}
-
 // A split needs its scratch: run() refuses too little, or none, before it launches anything; a
 // segment length that is not a multiple of the chunk is refused too.
 TEST_F(GdnPrefillBatch, Sm90SplitRefusesMissingScratch) {
