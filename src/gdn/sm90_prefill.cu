@@ -55,7 +55,11 @@
 // the auxiliary warpgroup's P and Tinv [i][j] tiles in the core-matrix layout (K-major B operands of
 // the transposed products as they are). V reaches the registers transposed (ldmatrix
 // .trans) and the output leaves through a staging tile (stmatrix .trans) as 16-byte pieces of whole
-// rows. No atomics, no scratch, no host synchronisation.
+// rows. No atomics, no host synchronisation; scratch only for a context split.
+// Context split (gdn/context_split.h): batches of few (sequence, head) pairs over long sequences run
+// the kernel's Split instantiation twice over a plan of segments (cta_work): first the carried
+// segments' states from zero and transfer matrices from the identity with v = 0 (no output), then,
+// after the carry kernel, every segment from its entry state.
 //
 // FLOP per chunk and value head (tensor cores): gram 2.10 M (auxiliary), then per state warpgroup
 // K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP for a whole-head CTA (17.8
