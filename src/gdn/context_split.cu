@@ -37,12 +37,11 @@ __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, in
                                      int32_t segment_tokens, int32_t max_segments, int32_t max_carried,
                                      ContextSegment* segments, int32_t* carried_segment, int32_t* seq_first,
                                      int32_t* counts) {
-  const int32_t tokens = segment_tokens;
   if (threadIdx.x == 0) {
     int32_t segs = 0, carried = 0;
     for (int s = 0; s < num_seqs; ++s) {
       seq_first[s] = segs;
-      int32_t n = segments_of(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], tokens);
+      int32_t n = segments_of(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], segment_tokens);
       n = min(n, min(max_segments - segs, max_carried - carried + 1));  // the bounds (see the header)
       if (n > 0) segs += n, carried += n - 1;
     }
@@ -58,8 +57,8 @@ __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, in
     const int32_t carried_before = first - s;  // each earlier sequence has exactly one last segment
     for (int32_t j = int32_t(threadIdx.x); j < n; j += int32_t(blockDim.x)) {
       const bool last = j == n - 1;
-      const int32_t seg_begin = begin + j * tokens;
-      segments[first + j] = ContextSegment{seg_begin, last ? max(end - seg_begin, 0) : tokens, s,
+      const int32_t seg_begin = begin + j * segment_tokens;
+      segments[first + j] = ContextSegment{seg_begin, last ? max(end - seg_begin, 0) : segment_tokens, s,
                                            last ? -1 : carried_before + j, n > 1 ? first + j : -1};
       if (!last) carried_segment[carried_before + j] = first + j;
     }
