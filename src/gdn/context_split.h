@@ -74,21 +74,29 @@ inline constexpr int kContextSplitChunk = 64;  // the prefill kernel's chunk: L 
 // unless half-head ones (twice as many) all run at once, one an SM.
 DI_GDN_HOST_DEVICE inline bool whole_head_ctas(int64_t pairs, int num_sms) { return 2 * pairs > int64_t(num_sms); }
 
-// The cost model (microseconds), fitted on the H200 to 60 timings of 10 batches unsplit and split
-// into segments of 512 .. 8192 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism"), within
-// 5% on all but one: a chunk of a half-head CTA alone on its SM, a chunk of whole-head CTAs one an
-// SM, a CTA's start and end (its first loads, the state read and written, the pipeline's fill and
-// drain: once a wave), one step of the carry, each launch the split adds. A split must be estimated
-// at most kContextSplitGain of the unsplit run: the model's error is less than the margin.
-inline constexpr double kHalfHeadChunkUs = 2.8, kWholeHeadChunkUs = 4.6, kCtaStartEndUs = 20.0,
-                        kCarryStepUs = 1.5, kSplitLaunchUs = 2.0, kContextSplitGain = 0.9;
+// The cost model (microseconds): a chunk of a half-head CTA alone on its SM and of whole-head CTAs
+// one an SM, for launches with output (unsplit, step 3) and for step 1's state-only ones; a CTA's
+// start and end (its first loads, the state read and written, the pipeline's fill and drain: once a
+// wave); one step of the carry; each launch the split adds.
+struct SplitCosts {
+  double half_head_chunk_us, whole_head_chunk_us;
+  double state_only_half_head_chunk_us, state_only_whole_head_chunk_us;
+  double cta_start_end_us, carry_step_us, launch_us;
+};
+// Fitted on the H200 (bench/split_cost_fit.cpp) to timings of 10 batches unsplit and split into
+// segments of 512 .. 8192 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism").
+inline constexpr SplitCosts kH200SplitCosts{2.8, 4.6, 2.8, 4.6, 20.0, 1.5, 2.0};
+// A split must be estimated at most this fraction of the unsplit run: the model's error is less than
+// the margin.
+inline constexpr double kContextSplitGain = 0.9;
 
 // One launch of the prefill kernel over `pairs` pairs of at most `chunks` chunks, in the shape
-// whole_head_ctas() gives them.
-inline double prefill_launch_us(int64_t pairs, int64_t chunks, int num_sms) {
+// whole_head_ctas() gives them, at the given per-chunk costs.
+inline double prefill_launch_us(int64_t pairs, int64_t chunks, int num_sms, double half_head_chunk_us,
+                                double whole_head_chunk_us, double cta_start_end_us) {
   if (pairs <= 0 || chunks <= 0) return 0;
-  if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * kHalfHeadChunkUs + kCtaStartEndUs;
-  return double((pairs + num_sms - 1) / num_sms) * (double(chunks) * kWholeHeadChunkUs + kCtaStartEndUs);
+  if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * half_head_chunk_us + cta_start_end_us;
+  return double((pairs + num_sms - 1) / num_sms) * (double(chunks) * whole_head_chunk_us + cta_start_end_us);
 }
 
 // The segments of one sequence of `length` tokens: at least one (a zero-length sequence keeps one,
@@ -111,19 +119,24 @@ struct SplitWorkload {
     longest = length > longest ? length : longest;
     most_carried = n - 1 > most_carried ? n - 1 : most_carried;
   }
-  double unsplit_us(int num_sms) const {
-    return prefill_launch_us(sequences * num_v_heads, (longest + kContextSplitChunk - 1) / kContextSplitChunk, num_sms);
+  double unsplit_us(int num_sms, const SplitCosts& c = kH200SplitCosts) const {
+    return prefill_launch_us(sequences * num_v_heads, (longest + kContextSplitChunk - 1) / kContextSplitChunk, num_sms,
+                             c.half_head_chunk_us, c.whole_head_chunk_us, c.cta_start_end_us);
   }
   // `launches`: the split's launches (plan, step 1 in one or two shapes, carry, step 3 in one or two).
-  double split_us(int num_sms, int launches) const {
+  double split_us(int num_sms, int launches, const SplitCosts& c = kH200SplitCosts) const {
     const int64_t longest_segment = longest < segment_tokens ? longest : segment_tokens;
     const int64_t chunks = (longest_segment + kContextSplitChunk - 1) / kContextSplitChunk;
-    return launches * kSplitLaunchUs + prefill_launch_us(2 * carried * num_v_heads, chunks, num_sms) +
-           double(most_carried) * kCarryStepUs + prefill_launch_us(segments * num_v_heads, chunks, num_sms);
+    return launches * c.launch_us +
+           prefill_launch_us(2 * carried * num_v_heads, chunks, num_sms, c.state_only_half_head_chunk_us,
+                             c.state_only_whole_head_chunk_us, c.cta_start_end_us) +
+           double(most_carried) * c.carry_step_us +
+           prefill_launch_us(segments * num_v_heads, chunks, num_sms, c.half_head_chunk_us, c.whole_head_chunk_us,
+                             c.cta_start_end_us);
   }
   // Whether the split is worth its launches and its doubled state work on these sequences.
-  bool worth_splitting(int num_sms, int launches) const {
-    return carried > 0 && split_us(num_sms, launches) <= kContextSplitGain * unsplit_us(num_sms);
+  bool worth_splitting(int num_sms, int launches, const SplitCosts& c = kH200SplitCosts) const {
+    return carried > 0 && split_us(num_sms, launches, c) <= kContextSplitGain * unsplit_us(num_sms, c);
   }
 };
 

@@ -57,9 +57,10 @@
 // .trans) and the output leaves through a staging tile (stmatrix .trans) as 16-byte pieces of whole
 // rows. No atomics, no host synchronisation; scratch only for a context split.
 // Context split (gdn/context_split.h): batches of few (sequence, head) pairs over long sequences run
-// the kernel's Split instantiation twice over a plan of segments (cta_work): first the carried
-// segments' states from zero and transfer matrices from the identity with v = 0 (no output), then,
-// after the carry kernel, every segment from its entry state.
+// the kernel twice over a plan of segments (cta_work): first the carried segments' states from zero
+// and transfer matrices from the identity with v = 0 (Launch::carried: the state alone, so no Q
+// load, no Q S, P or output products: 4.7 of a state warpgroup's 6.8 MFLOP a chunk), then, after the
+// carry kernel, every segment from its entry state (Launch::segments).
 //
 // FLOP per chunk and value head (tensor cores): gram 2.10 M (auxiliary), then per state warpgroup
 // K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP for a whole-head CTA (17.8
@@ -341,19 +342,19 @@ struct Stage {
 };
 
 // The loads of one chunk's inputs into its slot, by state warpgroup 0: its thread 0 issues the Q and K
-// tiles and the V tiles of the CTA's value columns (three TMA copies, counted in bytes on the slot's
+// tiles (K only for a state-only launch) and the V tiles of the CTA's value columns (TMA copies, counted in bytes on the slot's
 // barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta (cp.async, zeros past
 // len); then each of its threads arrives on the barrier, whose phase completes when the tiles and
 // every thread's copies have landed.
-template <typename C>
+template <typename C, bool kStateOnly>
 __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args, const InputMaps& maps,
                                                  const Stage<C>& st, uint64_t* landed, int64_t t0, int len,
                                                  int head, int key_head, int v0, int t) {
   if (t == 0) {
-    constexpr int kPieces = 2 * (kHeadDim / 8) + C::kGroups * kTileV / 8;
+    constexpr int kPieces = (kStateOnly ? 1 : 2) * (kHeadDim / 8) + C::kGroups * kTileV / 8;
     mbarrier_expect_bytes(landed, uint32_t(kPieces * kPieceBytes));
     wg::fence_async_shared();  // the slot's earlier reads, before the async proxy writes
-    tma_load_tile(st.q, &maps.q, 0, key_head, t0, landed);
+    if (!kStateOnly) tma_load_tile(st.q, &maps.q, 0, key_head, t0, landed);
     tma_load_tile(st.k, &maps.k, 0, key_head, t0, landed);
     tma_load_tile(st.v, &maps.v, v0 / 8, head, t0, landed);
   }
@@ -369,14 +370,15 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 // An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
 // f32 in the stage; Tinv as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
-template <typename C>
+// A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
+template <typename C, bool kStateOnly>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, int len, int t,
                                               int chunk) {
   using AuxSync = AuxGroupSync<C>;
   float* const inv_s = st.inv;
   const wg::Fragment frag(t);
   if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
-    zero_rows_past(st.q, kHeadDim / 8, len, t);
+    if (!kStateOnly) zero_rows_past(st.q, kHeadDim / 8, len, t);
     zero_rows_past(st.k, kHeadDim / 8, len, t);
     zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
     AuxSync::sync();
@@ -387,7 +389,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 
   // Inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1: thread r < 64
   // takes q row r, thread 64 + r k row r.
-  {
+  if (!kStateOnly || t >= kChunk) {
     const unsigned char* tile = t < kChunk ? st.q : st.k;
     const int r = t % kChunk;
     float inv = 1.0f;
@@ -421,7 +423,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     zero(qk), zero(kk);
     wg::wgmma_fence();
     const auto q_op = wg::k_major_pieces(st.q, kChunk), k_op = wg::k_major_pieces(st.k, kChunk);
-    wg::mma<kHeadDim>(qk, q_op, k_op, false);
+    if (!kStateOnly) wg::mma<kHeadDim>(qk, q_op, k_op, false);
     wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
@@ -439,7 +441,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = frag.row0 + 8 * h;
-      G_row[h] = st.G[r], p_row[h] = args.scale * st.q_inv[r], l_row[h] = st.beta[r] * st.k_inv[r];
+      G_row[h] = st.G[r], p_row[h] = kStateOnly ? 0.f : args.scale * st.q_inv[r], l_row[h] = st.beta[r] * st.k_inv[r];
     }
     // In whole-head CTAs, where this warpgroup is the chunk's critical path, the next column group's
     // factors are read before this group's stores: the compiler cannot tell those stores from these
@@ -479,7 +481,8 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = 4 * j + 2 * h;
-        *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[h][0], p[h][1]);
+        if (!kStateOnly)
+          *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[h][0], p[h][1]);
         *reinterpret_cast<float2*>(inv_s + (frag.row0 + 8 * h) * kInvStride + c) = make_float2(l[h][0], l[h][1]);
       }
     }
@@ -524,11 +527,11 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 9);
 }
 
-// The launches of a context split (gdn/context_split.h): step 1 (a carried segment's N from a zero
-// state, or its M from the identity with v = 0; no output) or step 3 (a segment from its entry state).
-enum class SplitStep : int { carried = 1, segments = 3 };
+// What a launch runs: whole sequences, or a context split's (gdn/context_split.h) step 1 (a carried
+// segment's N from a zero state, or its M from the identity with v = 0: the state alone, no output,
+// so no Q) or step 3 (a segment from its entry state).
+enum class Launch : int { sequences, carried, segments };
 struct SplitWork {
-  SplitStep step;
   const ContextSegment* segments;
   const int32_t* carried_segment;
   const int32_t* counts;      // segments, carried segments (the launches are sized by their bounds),
@@ -547,10 +550,10 @@ struct CtaWork {
   bool initial_kv, identity;
   float* final_state;    // nullptr: not written
   bool final_kv;
-  bool output, zero_v;
+  bool zero_v;
 };
 
-template <typename C, bool kSplit>
+template <typename C, Launch kLaunch>
 __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, const SplitWork& split) {
   constexpr int64_t kMatrix = int64_t(kHeadDim) * kHeadDim;
   const int Hv = args.geometry.num_v_heads;
@@ -559,21 +562,20 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
   w.active = true;
   w.tile = int(blockIdx.x % uint32_t(C::kTilesPerHead));
   w.head = int(item % uint32_t(Hv));
-  w.output = true;
   w.initial_kv = w.final_kv = args.state_layout == DI_GDN_STATE_KV;
   // The sequence's slot in the state pools: the initial state from it, the final state to it.
   auto pool_matrix = [&](int seq, const float* pool) -> int64_t {
     const int64_t slot = args.state_indices ? args.state_indices[seq] : seq;
     return pool != nullptr && slot >= 0 ? (slot * Hv + w.head) * kMatrix : int64_t(-1);
   };
-  if constexpr (!kSplit) {
+  if constexpr (kLaunch == Launch::sequences) {
     const int seq = int(item / uint32_t(Hv));
     w.begin = args.cu_seqlens[seq];
     w.length = args.cu_seqlens[seq + 1] - w.begin;
     const int64_t in = pool_matrix(seq, args.initial_state), out = pool_matrix(seq, args.final_state);
     if (in >= 0) w.initial = args.initial_state + in;
     if (out >= 0) w.final_state = args.final_state + out;
-  } else if (split.step == SplitStep::carried) {
+  } else if constexpr (kLaunch == Launch::carried) {
     const int64_t carried = item / (2u * uint32_t(Hv));
     if (carried >= split.counts[1] || split.counts[2] != C::kGroups) return CtaWork{};
     const ContextSegment seg = split.segments[split.carried_segment[carried]];
@@ -582,7 +584,6 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     w.identity = w.zero_v = transfer;
     w.final_state = (transfer ? split.transfer : split.local_state) + (carried * Hv + w.head) * kMatrix;
     w.final_kv = true;
-    w.output = false;
   } else {
     const int64_t index = item / uint32_t(Hv);
     if (index >= split.counts[0] || split.counts[3] != C::kGroups) return CtaWork{};
@@ -600,7 +601,7 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
   return w;
 }
 
-template <typename C, bool kSplit>
+template <typename C, Launch kLaunch>
 __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const di_gdn_prefill_args args,
                                                                           const __grid_constant__ InputMaps maps,
                                                                           const SplitWork split) {
@@ -608,14 +609,15 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   extern __shared__ __align__(128) unsigned char smem[];
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
-  const CtaWork work = cta_work<C, kSplit>(args, split);
+  constexpr bool kStateOnly = kLaunch == Launch::carried;  // no output: no Q, Q S, P or output products
+  const CtaWork work = cta_work<C, kLaunch>(args, split);
   if (!work.active) return;  // a split's launches are sized by its bounds and made in both shapes: no work
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
   const int tile = work.tile, head = work.head;
   const int key_head = head / (Hv / Hk);
   const int64_t seq_begin = work.begin;
   const int64_t seq_len = work.length;
-  const bool write_output = !kSplit || work.output, zero_v = kSplit && work.zero_v;
+  const bool zero_v = kStateOnly && work.zero_v;
   const int num_chunks = int((seq_len + kChunk - 1) / kChunk);
   auto chunk_len = [&](int chunk) {
     const int64_t remaining = seq_len - int64_t(chunk) * kChunk;
@@ -638,7 +640,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       stamp(t == 0, kTimelineAuxGroup, chunk, 1);
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
       stamp(t == 0, kTimelineAuxGroup, chunk, 2);
-      prepare_chunk(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
+      prepare_chunk<C, kStateOnly>(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
       bar_arrive<C>(kBarFull0 + chunk % kStages);
     }
     return;
@@ -654,7 +656,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   bf16* const out = static_cast<bf16*>(args.out);
   auto load_chunk = [&](int chunk) {
     if (w == 0)
-      load_chunk_async<C>(args, maps, Stage<C>(smem, chunk), landed + chunk % C::kInputSlots,
+      load_chunk_async<C, kStateOnly>(args, maps, Stage<C>(smem, chunk), landed + chunk % C::kInputSlots,
                           seq_begin + int64_t(chunk) * kChunk, chunk_len(chunk), head, key_head, v0, tid);
   };
   for (int chunk = 0; chunk < C::kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
@@ -677,7 +679,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       }
   } else {
     zero(state[0]), zero(state[1]);
-    if (kSplit && work.identity) {  // M's columns start as the identity's: S[key][v] = (key == v)
+    if (kStateOnly && work.identity) {  // M's columns start as the identity's: S[key][v] = (key == v)
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
@@ -706,7 +708,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       zero(ks), zero(qs);
       wg::wgmma_fence();
       wg::mma_rs<kHeadDim>(ks, s_pairs, wg::k_major_pieces(st.k, kChunk), false);
-      wg::mma_rs<kHeadDim>(qs, s_pairs, wg::k_major_pieces(st.q, kChunk), false);
+      if (!kStateOnly) wg::mma_rs<kHeadDim>(qs, s_pairs, wg::k_major_pieces(st.q, kChunk), false);
       wg::wgmma_commit();
       wg::wgmma_wait<0>();
     }
@@ -727,10 +729,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
         const float2 bt = *reinterpret_cast<const float2*>(st.beta + c);
         const float2 eg = *reinterpret_cast<const float2*>(st.exp_G + c);
         const float2 ki = *reinterpret_cast<const float2*>(st.k_inv + c);
-        const float2 qi = *reinterpret_cast<const float2*>(st.q_inv + c);
         ks[i] = bt.x * (kernels::bf16_lo(v_pairs[i / 2]) - eg.x * ki.x * ks[i]);  // ks becomes Xᵀ
         ks[i + 1] = bt.y * (kernels::bf16_hi(v_pairs[i / 2]) - eg.y * ki.y * ks[i + 1]);
-        qs[i] *= args.scale * eg.x * qi.x, qs[i + 1] *= args.scale * eg.y * qi.y;
+        if (!kStateOnly) {
+          const float2 qi = *reinterpret_cast<const float2*>(st.q_inv + c);
+          qs[i] *= args.scale * eg.x * qi.x, qs[i + 1] *= args.scale * eg.y * qi.y;
+        }
       }
       pack_pairs(ks, x_hi);
       low_pairs(ks, x_lo);
@@ -781,8 +785,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::mma_rs<kChunk>(state[1], w_hi, k_keys_hi, true);
     wg::mma_rs<kChunk>(state[0], w_lo, k_keys_lo, true);
     wg::mma_rs<kChunk>(state[1], w_lo, k_keys_hi, true);
-    wg::mma_rs<kChunk>(qs, vnew_hi, p_op, true);
-    wg::mma_rs<kChunk>(qs, vnew_lo, p_op, true);
+    if (!kStateOnly) {
+      wg::mma_rs<kChunk>(qs, vnew_hi, p_op, true);
+      wg::mma_rs<kChunk>(qs, vnew_lo, p_op, true);
+    }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
@@ -794,7 +800,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
 
     // The output, transposed back through the staging tile (its last reads, the previous chunk's
     // stores, came before the barrier above).
-    if (write_output) {
+    if (!kStateOnly) {
       stage_output_transposed(qs, out_s, frag);
       state_sync(w);
       store_output(out_s, out + (t0 * Hv + head) * kHeadDim + v0, int64_t(Hv) * kHeadDim, len, tid);
@@ -851,7 +857,7 @@ bool encode_input_map(CUtensorMap& map, const void* data, int64_t tokens, int he
 }
 
 // One launch of the kernel over `pairs` (sequence or segment, value head) pairs.
-template <typename C, bool kSplit>
+template <typename C, Launch kLaunch>
 int launch(const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs, const SplitWork& split = {}) {
   const int64_t ctas = pairs * C::kTilesPerHead;
   if (ctas > int64_t(INT32_MAX)) return DI_GDN_UNSUPPORTED;
@@ -863,25 +869,27 @@ int launch(const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs, co
         encode_input_map(maps.k, a.k, a.total_tokens, a.geometry.num_k_heads, kHeadDim / 8) &&
         encode_input_map(maps.v, a.v, a.total_tokens, a.geometry.num_v_heads, C::kGroups * kTileV / 8)))
     return DI_GDN_LAUNCH_FAILED;
-  if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C, kLaunch>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(C::kSmemBytes)) != cudaSuccess)
     return DI_GDN_LAUNCH_FAILED;
-  gdn_sm90_prefill_kernel<C, kSplit>
+  gdn_sm90_prefill_kernel<C, kLaunch>
       <<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a, maps, split);
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
 }
 
 int launch_plain(bool whole_head, const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs) {
-  return whole_head ? launch<Head, false>(a, stream, pairs) : launch<HalfHead, false>(a, stream, pairs);
+  return whole_head ? launch<Head, Launch::sequences>(a, stream, pairs)
+                    : launch<HalfHead, Launch::sequences>(a, stream, pairs);
 }
 
 // A step of a split: in half-head CTAs, and in whole-head ones too where the plan may choose them
 // (the shape the plan did not choose returns at once).
+template <Launch kLaunch>
 int launch_split_step(bool may_be_whole_head, const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs,
                       const SplitWork& split) {
   if (may_be_whole_head)
-    if (const int status = launch<Head, true>(a, stream, pairs, split); status != DI_GDN_OK) return status;
-  return launch<HalfHead, true>(a, stream, pairs, split);
+    if (const int status = launch<Head, kLaunch>(a, stream, pairs, split); status != DI_GDN_OK) return status;
+  return launch<HalfHead, kLaunch>(a, stream, pairs, split);
 }
 
 // A split batch (gdn/context_split.h): the plan, step 1 (N and M of every carried segment), the
@@ -900,13 +908,11 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   work.transfer = reinterpret_cast<float*>(at(layout.transfer));
   work.local_state = reinterpret_cast<float*>(at(layout.local_state));
   work.entry_state = reinterpret_cast<const float*>(at(layout.entry_state));
-  work.step = SplitStep::carried;
-  if (const int status = launch_split_step(split.carried_may_be_whole_head, a, stream, 2 * Hv * split.max_carried, work);
+  if (const int status = launch_split_step<Launch::carried>(split.carried_may_be_whole_head, a, stream, 2 * Hv * split.max_carried, work);
       status != DI_GDN_OK)
     return status;
   if (const int status = launch_context_carry(layout, scratch, a, stream); status != DI_GDN_OK) return status;
-  work.step = SplitStep::segments;
-  return launch_split_step(split.segments_may_be_whole_head, a, stream, Hv * split.max_segments, work);
+  return launch_split_step<Launch::segments>(split.segments_may_be_whole_head, a, stream, Hv * split.max_segments, work);
 }
 
 // The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h).
