@@ -114,10 +114,20 @@ double loss(const std::vector<Timing>& timings, int num_sms, const SplitCosts& c
   return sum;
 }
 
-SplitCosts fit(const std::vector<Timing>& timings, int num_sms, SplitCosts costs) {
-  double* params[] = {&costs.half_head_chunk_us,     &costs.whole_head_chunk_us, &costs.state_only_half_head_chunk_us,
-                      &costs.state_only_whole_head_chunk_us, &costs.cta_start_end_us, &costs.carry_step_us,
-                      &costs.launch_us};
+// The constants by name (for --hold).
+const std::vector<std::string> kCostNames = {"half_head_chunk", "whole_head_chunk", "state_only_half_head_chunk",
+                                             "state_only_whole_head_chunk", "cta_start_end", "carry_step", "launch"};
+std::vector<double*> cost_fields(SplitCosts& c) {
+  return {&c.half_head_chunk_us, &c.whole_head_chunk_us, &c.state_only_half_head_chunk_us,
+          &c.state_only_whole_head_chunk_us, &c.cta_start_end_us, &c.carry_step_us, &c.launch_us};
+}
+
+// The constants not named in `held` fitted, starting from `costs`.
+SplitCosts fit(const std::vector<Timing>& timings, int num_sms, SplitCosts costs, const std::vector<std::string>& held) {
+  std::vector<double*> params;
+  const std::vector<double*> fields = cost_fields(costs);
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (std::find(held.begin(), held.end(), kCostNames[i]) == held.end()) params.push_back(fields[i]);
   double best = loss(timings, num_sms, costs);
   for (double step = 0.5; step > 1e-4;) {
     bool moved = false;
@@ -153,6 +163,8 @@ int main(int argc, char** argv) {
   int num_sms = 132;
   app.add_option("timings", path, "file of 'HEADS SHAPE SEGMENT_TOKENS MS' lines")->required();
   app.add_option("--sms", num_sms, "the GPU's SM count")->check(CLI::PositiveNumber);
+  std::vector<std::string> held;
+  app.add_option("--hold", held, "constants kept at the tree's values")->delimiter(',')->check(CLI::IsMember(kCostNames));
   CLI11_PARSE(app, argc, argv);
   try {
     const std::vector<Timing> timings = read_timings(path);
@@ -160,7 +172,7 @@ int main(int argc, char** argv) {
     for (const Timing& t : timings) fitted += t.segment_tokens != 0;
     if (fitted == 0) throw std::runtime_error(path + " has no unsplit or forced-split timing to fit");
     const SplitCosts in_tree = di::gdn::kH200SplitCosts;
-    const SplitCosts best = fit(timings, num_sms, in_tree);
+    const SplitCosts best = fit(timings, num_sms, in_tree, held);
     print_costs("in the tree", in_tree, loss(timings, num_sms, in_tree), fitted);
     print_costs("fitted     ", best, loss(timings, num_sms, best), fitted);
     std::printf("\n%-6s %-11s %8s %10s %10s %7s %10s %7s\n", "heads", "shape", "L", "measured", "tree", "ratio",

@@ -85,7 +85,7 @@ struct SplitCosts {
 };
 // Fitted on the H200 (bench/split_cost_fit.cpp) to timings of 10 batches unsplit and split into
 // segments of 512 .. 8192 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism").
-inline constexpr SplitCosts kH200SplitCosts{2.8, 4.6, 2.8, 4.6, 20.0, 1.5, 2.0};
+inline constexpr SplitCosts kH200SplitCosts{2.91, 5.42, 1.86, 3.17, 19.6, 1.5, 2.0};
 // A split must be estimated at most this fraction of the unsplit run: the model's error is less than
 // the margin.
 inline constexpr double kContextSplitGain = 0.9;
