@@ -115,11 +115,13 @@ double loss(const std::vector<Timing>& timings, int num_sms, const SplitCosts& c
 }
 
 // The constants by name (for --hold).
-const std::vector<std::string> kCostNames = {"half_head_chunk", "whole_head_chunk", "state_only_half_head_chunk",
-                                             "state_only_whole_head_chunk", "cta_start_end", "carry_step", "launch"};
+const std::vector<std::string> kCostNames = {"half_head_chunk",     "whole_head_chunk", "state_only_half_head_chunk",
+                                             "state_only_whole_head_chunk", "full_wave_slowdown", "cta_start_end",
+                                             "carry_step",          "launch"};
 std::vector<double*> cost_fields(SplitCosts& c) {
-  return {&c.half_head_chunk_us, &c.whole_head_chunk_us, &c.state_only_half_head_chunk_us,
-          &c.state_only_whole_head_chunk_us, &c.cta_start_end_us, &c.carry_step_us, &c.launch_us};
+  return {&c.half_head_chunk_us,  &c.whole_head_chunk_us, &c.state_only_half_head_chunk_us,
+          &c.state_only_whole_head_chunk_us, &c.full_wave_slowdown, &c.cta_start_end_us,
+          &c.carry_step_us, &c.launch_us};
 }
 
 // The constants not named in `held` fitted, starting from `costs`.
@@ -149,9 +151,10 @@ SplitCosts fit(const std::vector<Timing>& timings, int num_sms, SplitCosts costs
 
 void print_costs(const char* what, const SplitCosts& c, double l, size_t n) {
   std::printf("%s: half-head chunk %.2f, whole-head chunk %.2f, state-only half-head chunk %.2f, state-only "
-              "whole-head chunk %.2f, CTA start and end %.1f, carry step %.2f, launch %.2f us; rms log error %.3f\n",
+              "whole-head chunk %.2f us, full-wave slowdown %.3f, CTA start and end %.1f, carry step %.2f, launch "
+              "%.2f us; rms log error %.3f\n",
               what, c.half_head_chunk_us, c.whole_head_chunk_us, c.state_only_half_head_chunk_us,
-              c.state_only_whole_head_chunk_us, c.cta_start_end_us, c.carry_step_us, c.launch_us,
+              c.state_only_whole_head_chunk_us, c.full_wave_slowdown, c.cta_start_end_us, c.carry_step_us, c.launch_us,
               n ? std::sqrt(l / double(n)) : 0.0);
 }
 

@@ -75,28 +75,33 @@ inline constexpr int kContextSplitChunk = 64;  // the prefill kernel's chunk: L 
 DI_GDN_HOST_DEVICE inline bool whole_head_ctas(int64_t pairs, int num_sms) { return 2 * pairs > int64_t(num_sms); }
 
 // The cost model (microseconds): a chunk of a half-head CTA alone on its SM and of whole-head CTAs
-// one an SM, for launches with output (unsplit, step 3) and for step 1's state-only ones; a CTA's
-// start and end (its first loads, the state read and written, the pipeline's fill and drain: once a
-// wave); one step of the carry; each launch the split adds.
+// one an SM, for launches with output (unsplit, step 3) and for step 1's state-only ones; how much
+// longer a chunk takes when every SM runs one (the CTAs share the memory system), in proportion to
+// the SMs busy; a CTA's start and end (its first loads, the state read and written, the pipeline's
+// fill and drain: once a wave); one step of the carry; each launch the split adds.
 struct SplitCosts {
   double half_head_chunk_us, whole_head_chunk_us;
   double state_only_half_head_chunk_us, state_only_whole_head_chunk_us;
+  double full_wave_slowdown;
   double cta_start_end_us, carry_step_us, launch_us;
 };
-// Fitted on the H200 (bench/split_cost_fit.cpp) to timings of 10 batches unsplit and split into
-// segments of 512 .. 8192 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism").
-inline constexpr SplitCosts kH200SplitCosts{2.91, 5.42, 1.86, 3.17, 19.6, 1.5, 2.0};
+// Fitted on the H200 (bench/split_cost_fit.cpp) to timings of 12 batches unsplit and split into
+// segments of 512 .. 16384 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism").
+inline constexpr SplitCosts kH200SplitCosts{2.73, 4.90, 1.74, 2.76, 0.144, 19.5, 1.5, 2.0};
 // A split must be estimated at most this fraction of the unsplit run: the model's error is less than
 // the margin.
 inline constexpr double kContextSplitGain = 0.9;
 
 // One launch of the prefill kernel over `pairs` pairs of at most `chunks` chunks, in the shape
-// whole_head_ctas() gives them, at the given per-chunk costs.
-inline double prefill_launch_us(int64_t pairs, int64_t chunks, int num_sms, double half_head_chunk_us,
-                                double whole_head_chunk_us, double cta_start_end_us) {
+// whole_head_ctas() gives them; state_only: step 1's.
+inline double prefill_launch_us(int64_t pairs, int64_t chunks, int num_sms, bool state_only, const SplitCosts& c) {
   if (pairs <= 0 || chunks <= 0) return 0;
-  if (!whole_head_ctas(pairs, num_sms)) return double(chunks) * half_head_chunk_us + cta_start_end_us;
-  return double((pairs + num_sms - 1) / num_sms) * (double(chunks) * whole_head_chunk_us + cta_start_end_us);
+  const bool whole_head = whole_head_ctas(pairs, num_sms);
+  const int64_t ctas = whole_head ? pairs : 2 * pairs, waves = (ctas + num_sms - 1) / num_sms;
+  const double busy = double(ctas) / double(waves * num_sms);  // the SMs busy, on average over the waves
+  const double chunk_us = whole_head ? (state_only ? c.state_only_whole_head_chunk_us : c.whole_head_chunk_us)
+                                     : (state_only ? c.state_only_half_head_chunk_us : c.half_head_chunk_us);
+  return double(waves) * (double(chunks) * chunk_us * (1.0 + c.full_wave_slowdown * busy) + c.cta_start_end_us);
 }
 
 // The segments of one sequence of `length` tokens: at least one (a zero-length sequence keeps one,
@@ -121,18 +126,15 @@ struct SplitWorkload {
   }
   double unsplit_us(int num_sms, const SplitCosts& c = kH200SplitCosts) const {
     return prefill_launch_us(sequences * num_v_heads, (longest + kContextSplitChunk - 1) / kContextSplitChunk, num_sms,
-                             c.half_head_chunk_us, c.whole_head_chunk_us, c.cta_start_end_us);
+                             false, c);
   }
   // `launches`: the split's launches (plan, step 1 in one or two shapes, carry, step 3 in one or two).
   double split_us(int num_sms, int launches, const SplitCosts& c = kH200SplitCosts) const {
     const int64_t longest_segment = longest < segment_tokens ? longest : segment_tokens;
     const int64_t chunks = (longest_segment + kContextSplitChunk - 1) / kContextSplitChunk;
     return launches * c.launch_us +
-           prefill_launch_us(2 * carried * num_v_heads, chunks, num_sms, c.state_only_half_head_chunk_us,
-                             c.state_only_whole_head_chunk_us, c.cta_start_end_us) +
-           double(most_carried) * c.carry_step_us +
-           prefill_launch_us(segments * num_v_heads, chunks, num_sms, c.half_head_chunk_us, c.whole_head_chunk_us,
-                             c.cta_start_end_us);
+           prefill_launch_us(2 * carried * num_v_heads, chunks, num_sms, true, c) +
+           double(most_carried) * c.carry_step_us + prefill_launch_us(segments * num_v_heads, chunks, num_sms, false, c);
   }
   // Whether the split is worth its launches and its doubled state work on these sequences.
   bool worth_splitting(int num_sms, int launches, const SplitCosts& c = kH200SplitCosts) const {
