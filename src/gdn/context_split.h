@@ -85,8 +85,9 @@ struct SplitCosts {
   double full_wave_slowdown;
   double cta_start_end_us, carry_step_us, launch_us;
 };
-// Fitted on the H200 (bench/split_cost_fit.cpp) to timings of 12 batches unsplit and split into
-// segments of 512 .. 16384 tokens (docs/benchmarks/gdn-sm90.md, "Context parallelism").
+// Fitted on the H200 by bench/split_cost_fit.cpp (the carry step and the launch held) to 105 timings
+// of 14 batches unsplit and split into segments of 512 .. 16384 tokens
+// (docs/benchmarks/data/gdn-split-timings-2026-12-01.txt; docs/benchmarks/gdn-sm90.md, first section).
 inline constexpr SplitCosts kH200SplitCosts{2.73, 4.90, 1.74, 2.76, 0.144, 19.5, 1.5, 2.0};
 // A split must be estimated at most this fraction of the unsplit run: the model's error is less than
 // the margin.
