@@ -70,7 +70,8 @@ std::vector<Timing> read_timings(const std::string& path) {
     if (!(fields >> t.heads >> t.shape >> t.segment_tokens >> ms) || ms <= 0)
       throw std::runtime_error(path + ":" + std::to_string(line_number) + ": expected 'HEADS SHAPE SEGMENT_TOKENS MS'");
     if (t.segment_tokens < -1 || (t.segment_tokens > 0 && t.segment_tokens % di::gdn::kContextSplitChunk != 0))
-      throw std::runtime_error(path + ":" + std::to_string(line_number) + ": segment tokens must be -1, 0 or a multiple of 64");
+      throw std::runtime_error(path + ":" + std::to_string(line_number) +
+                               ": segment tokens must be -1, 0 or a multiple of 64");
     t.num_v_heads = parse_v_heads(t.heads);
     t.lengths = parse_lengths(t.shape);
     t.measured_us = ms * 1000.0;
@@ -94,7 +95,8 @@ double model_us(const Timing& t, int num_sms, const SplitCosts& costs) {
   for (int64_t l : t.lengths) total += l;
   const int num_seqs = int(t.lengths.size());
   int32_t segment_tokens = t.segment_tokens;
-  if (segment_tokens == 0) segment_tokens = di::gdn::choose_context_split(num_seqs, total, t.num_v_heads, num_sms).segment_tokens;
+  if (segment_tokens == 0)
+    segment_tokens = di::gdn::choose_context_split(num_seqs, total, t.num_v_heads, num_sms).segment_tokens;
   di::gdn::SplitWorkload w;
   w.segment_tokens = segment_tokens > 0 ? segment_tokens : 1;
   w.num_v_heads = t.num_v_heads;
@@ -125,7 +127,8 @@ std::vector<double*> cost_fields(SplitCosts& c) {
 }
 
 // The constants not named in `held` fitted, starting from `costs`.
-SplitCosts fit(const std::vector<Timing>& timings, int num_sms, SplitCosts costs, const std::vector<std::string>& held) {
+SplitCosts fit(const std::vector<Timing>& timings, int num_sms, SplitCosts costs,
+               const std::vector<std::string>& held) {
   std::vector<double*> params;
   const std::vector<double*> fields = cost_fields(costs);
   for (size_t i = 0; i < fields.size(); ++i)
@@ -167,7 +170,9 @@ int main(int argc, char** argv) {
   app.add_option("timings", path, "file of 'HEADS SHAPE SEGMENT_TOKENS MS' lines")->required();
   app.add_option("--sms", num_sms, "the GPU's SM count")->check(CLI::PositiveNumber);
   std::vector<std::string> held;
-  app.add_option("--hold", held, "constants kept at the tree's values")->delimiter(',')->check(CLI::IsMember(kCostNames));
+  app.add_option("--hold", held, "constants kept at the tree's values")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kCostNames));
   CLI11_PARSE(app, argc, argv);
   try {
     const std::vector<Timing> timings = read_timings(path);

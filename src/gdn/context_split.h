@@ -135,7 +135,8 @@ struct SplitWorkload {
     const int64_t chunks = (longest_segment + kContextSplitChunk - 1) / kContextSplitChunk;
     return launches * c.launch_us +
            prefill_launch_us(2 * carried * num_v_heads, chunks, num_sms, true, c) +
-           double(most_carried) * c.carry_step_us + prefill_launch_us(segments * num_v_heads, chunks, num_sms, false, c);
+           double(most_carried) * c.carry_step_us +
+           prefill_launch_us(segments * num_v_heads, chunks, num_sms, false, c);
   }
   // Whether the split is worth its launches and its doubled state work on these sequences.
   bool worth_splitting(int num_sms, int launches, const SplitCosts& c = kH200SplitCosts) const {

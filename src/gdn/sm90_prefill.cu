@@ -342,8 +342,8 @@ struct Stage {
 };
 
 // The loads of one chunk's inputs into its slot, by state warpgroup 0: its thread 0 issues the Q and K
-// tiles (K only for a state-only launch) and the V tiles of the CTA's value columns (TMA copies, counted in bytes on the slot's
-// barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta (cp.async, zeros past
+// tiles (K alone for a state-only launch) and the V tiles of the CTA's value columns (TMA copies,
+// counted in bytes on the slot's barrier); thread t < 64 copies row t of the raw g, t >= 64 row t - 64 of beta (cp.async, zeros past
 // len); then each of its threads arrives on the barrier, whose phase completes when the tiles and
 // every thread's copies have landed.
 template <typename C, bool kStateOnly>
@@ -908,7 +908,8 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   work.transfer = reinterpret_cast<float*>(at(layout.transfer));
   work.local_state = reinterpret_cast<float*>(at(layout.local_state));
   work.entry_state = reinterpret_cast<const float*>(at(layout.entry_state));
-  if (const int status = launch_split_step<Launch::carried>(split.carried_may_be_whole_head, a, stream, 2 * Hv * split.max_carried, work);
+  if (const int status = launch_split_step<Launch::carried>(split.carried_may_be_whole_head, a, stream,
+                                                           2 * Hv * split.max_carried, work);
       status != DI_GDN_OK)
     return status;
   if (const int status = launch_context_carry(layout, scratch, a, stream); status != DI_GDN_OK) return status;
