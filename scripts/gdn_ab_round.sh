@@ -5,16 +5,18 @@
 #   the tests matching TESTS run on B, then di_gdn_bench runs interleaved A B B A for every case, and
 #   B's benches are skipped when its tests fail. Options: --timeline (a third build of B configured
 #   with -DDI_SM90_TIMELINE=ON, its stage timeline per case), --profile HEADS:SHAPE (Nsight Compute on
-#   one launch of B's kernel, or of A's when B's tests fail), --backend NAME (default sm90).
+#   one launch of B's kernel, or of A's when B's tests fail), --backend NAME (default sm90),
+#   --normalised-qk (q and k normalised ahead, as the lab ran before --qk-l2norm existed; by default
+#   the benches pass --qk-l2norm: raw q and k with DI_GDN_QK_L2NORM, as the engine calls the backend).
 #   Logs in LOG_DIR; a table of the means, A against B, printed last.
 # usage: DI_SOURCE_COMMIT=<sha> scripts/gdn_ab_round.sh --a-overlay DIR [--tests FILTER] [--cases LIST]
-#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] LOG_DIR
+#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] [--normalised-qk] LOG_DIR
 #        FILTER: a gtest filter (default: the GDN prefill, state-layout, inverse and model tests);
 #        LIST: cases HEADS[:SHAPE] separated by spaces (default "16/32 16/64:4x8192 2/8").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 overlay="" filter='*GdnPrefill*:*GdnStateLayout*:*GdnLayoutEquivalence*:*GdnDiagnostic*:*ChunkInverse*:GpuModel.*'
-cases="16/32 16/64:4x8192 2/8" timeline=0 profile="" backend=sm90 logs=""
+cases="16/32 16/64:4x8192 2/8" timeline=0 profile="" backend=sm90 logs="" qk_flag=--qk-l2norm
 while [ $# -gt 0 ]; do
   case "$1" in
     --a-overlay) overlay=$2; shift 2 ;;
@@ -23,6 +25,7 @@ while [ $# -gt 0 ]; do
     --timeline) timeline=1; shift ;;
     --profile) profile=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
+    --normalised-qk) qk_flag=""; shift ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) logs=$1; shift ;;
   esac
@@ -43,6 +46,7 @@ cmake --build build-gpu --target di_gpu_tests di_gdn_bench -j $jobs_each >"$logs
 cmake --build "${builds[1]}" --target di_gdn_bench -j $jobs_each >"$logs/build-A.log" 2>&1 & pa=$!
 [ $timeline -eq 1 ] && { cmake --build /tmp/deltainfer-ab-timeline --target di_gdn_bench -j $jobs_each >"$logs/build-T.log" 2>&1 & pt=$!; }
 wait $pb; rb=$?; wait $pa; ra=$?; rt=0; [ $timeline -eq 1 ] && { wait $pt; rt=$?; }
+echo "q and k: ${qk_flag:-normalised ahead}"
 echo "builds: A rc $ra, B rc $rb, timeline rc $rt ($(( $(date +%s) - start )) s)"
 [ $ra -eq 0 ] && [ $rb -eq 0 ] || { tail -20 "$logs/build-A.log" "$logs/build-B.log"; exit 1; }
 
@@ -59,7 +63,7 @@ for side in $order; do
   for c in $cases; do
     heads=${c%%:*} shape=""
     [[ "$c" == *:* ]] && shape="--shape ${c#*:}"
-    timeout 120 "$bin" --backend "$backend" --heads "$heads" $shape >>"$logs/bench-$side.txt" 2>&1 ||
+    timeout 120 "$bin" --backend "$backend" --heads "$heads" $shape $qk_flag >>"$logs/bench-$side.txt" 2>&1 ||
       echo "bench $side $c: rc $?"
   done
 done
@@ -67,7 +71,7 @@ if [ $timeline -eq 1 ] && [ $rt -eq 0 ] && [ $tests_rc -eq 0 ]; then
   for c in $cases; do
     heads=${c%%:*} shape=""
     [[ "$c" == *:* ]] && shape="--shape ${c#*:}"
-    timeout 120 /tmp/deltainfer-ab-timeline/bench/di_gdn_bench --backend "$backend" --timeline --heads "$heads" $shape \
+    timeout 120 /tmp/deltainfer-ab-timeline/bench/di_gdn_bench --backend "$backend" --timeline --heads "$heads" $shape $qk_flag \
       >>"$logs/timeline-B.txt" 2>&1 || echo "timeline $c: rc $?"
   done
 fi

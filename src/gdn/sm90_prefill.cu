@@ -387,31 +387,33 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
                 st.beta, st.exp_G, st.tail);
 
-  // Inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1: thread r < 64
-  // takes q row r, thread 64 + r k row r.
-  if (!kStateOnly || t >= kChunk) {
-    const unsigned char* tile = t < kChunk ? st.q : st.k;
-    const int r = t % kChunk;
-    float inv = 1.0f;
-    if ((args.flags & DI_GDN_QK_L2NORM) != 0) {
-      // Eight partial sums (element e of each piece into sum e), so that the chain of dependent adds is
-      // 16 long rather than 128: this runs on the auxiliary warpgroup's critical path.
-      float sum[8] = {};
-      const unsigned char* row = tile + wg::piece_offset(r, 0, kChunk);
+  // Inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1. The k rows' sums
+  // are K Kᵀ's diagonal, read after the Gram products below; the q rows' are summed here, on the
+  // auxiliary warpgroup's critical path, so each row is split over two lanes of a warp: lane l of warp
+  // w takes row 16 w + l % 16, pieces 8 (l / 16) .. + 7 (a quarter warp's loads are 8 rows of one
+  // piece: no bank conflicts), in eight partial sums (element e of each piece into sum e), so that the
+  // chain of dependent adds is 8 long.
+  const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
+  if (!normalize_qk) {
+    if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
+    if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
+  } else if (!kStateOnly) {
+    const int r = 16 * (t / 32) + t % 16, first_piece = 8 * ((t % 32) / 16);
+    float sum[8] = {};
+    const unsigned char* row = st.q + wg::piece_offset(r, first_piece * 8, kChunk);
 #pragma unroll
-      for (int part = 0; part < kHeadDim / 8; ++part) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kPieceBytes);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    for (int part = 0; part < kHeadDim / 16; ++part) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kPieceBytes);
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
-          sum[2 * j] = fmaf(a, a, sum[2 * j]), sum[2 * j + 1] = fmaf(b, b, sum[2 * j + 1]);
-        }
+      for (int j = 0; j < 4; ++j) {
+        const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
+        sum[2 * j] = fmaf(a, a, sum[2 * j]), sum[2 * j + 1] = fmaf(b, b, sum[2 * j + 1]);
       }
-      const float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
-      inv = 1.0f / sqrtf(total + 1e-6f);
     }
-    (t < kChunk ? st.q_inv : st.k_inv)[r] = inv;
+    float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
+    total += __shfl_xor_sync(0xffffffffu, total, 16);
+    if (t % 32 < 16) st.q_inv[r] = 1.0f / sqrtf(total + 1e-6f);
   }
   wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
   AuxSync::sync();
@@ -428,6 +430,27 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
+    if (normalize_qk) {  // 1 / |k_r| from K Kᵀ's diagonal, held by lane 4 r' + r' / 2 (r' = r % 8), element e = r' % 2
+      const int rr = frag.lane / 4;
+      if (frag.lane % 4 == rr / 2) {
+        // Row 16 w + 8 h + r' sits in column group j = 2 w + h, picked by masks of its bits: every
+        // register index stays a constant (a select or a branch over j put kk in local memory, or spilled).
+        const bool odd = rr % 2 != 0;
+        uint32_t bits[2] = {};
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < kChunk / 8; ++j) {
+            const int i = 4 * j + 2 * h;
+            const uint32_t mask = j == 2 * frag.warp + h ? ~0u : 0u;
+            bits[h] |= __float_as_uint(odd ? kk[i + 1] : kk[i]) & mask;
+          }
+        const float diagonal[2] = {__uint_as_float(bits[0]), __uint_as_float(bits[1])};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) st.k_inv[frag.row0 + 8 * h] = 1.0f / sqrtf(diagonal[h] + 1e-6f);
+      }
+      AuxSync::sync();
+    }
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
     // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. Every
     // thread computes all its entries, those above the diagonal masked to zeros: without a branch per
