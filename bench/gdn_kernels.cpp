@@ -88,11 +88,12 @@ struct PrefillSet {
 };
 
 // segment_tokens (sm90 only): its context split as sm90_run_split() takes it; 0 the backend's own.
-// qk_l2norm: raw q and k rows with DI_GDN_QK_L2NORM (the backend normalises them, as the engine
-// calls it), else unit rows without the flag.
+// qk_l2norm: DI_GDN_QK_L2NORM (the backend normalises q and k, as the engine calls it). unit_qk_rows:
+// q and k rows of norm 1 (what the flag's absence assumes), else N(0, 1) entries. The two go
+// together except to ask whether the flag's cost is its code or its data.
 nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
                              cudaStream_t stream, std::mt19937_64& rng, bool once, int32_t segment_tokens,
-                             bool qk_l2norm) {
+                             bool qk_l2norm, bool unit_qk_rows) {
   std::vector<int32_t> cu(1, 0);
   for (int len : pc.lengths) cu.push_back(cu.back() + len);
   const int num_seqs = pc.num_seqs();
@@ -104,9 +105,9 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (PrefillSet& s : data) {
     s.q = cuda::DeviceBuffer<uint16_t>(
-        std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, !qk_l2norm, int(K))));
+        std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, unit_qk_rows, int(K))));
     s.k = cuda::DeviceBuffer<uint16_t>(
-        std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, !qk_l2norm, int(K))));
+        std::span<const uint16_t>(random_bf16(size_t(T * Hk * K), rng, 1, unit_qk_rows, int(K))));
     s.v = cuda::DeviceBuffer<uint16_t>(std::span<const uint16_t>(random_bf16(size_t(T * Hv * V), rng, 1)));
     s.out = cuda::DeviceBuffer<uint16_t>(size_t(T * Hv * V));
     std::vector<float> g(size_t(T * Hv)), beta(g.size());
@@ -156,6 +157,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
           {"shape", pc.name},
           {"segment_tokens", forced_split ? nlohmann::json(segment_tokens) : nlohmann::json("backend's choice")},
           {"qk_l2norm", qk_l2norm},
+          {"qk_rows", unit_qk_rows ? "unit" : "raw"},
           {"median_ms", t.median_ms},
           {"min_ms", t.min_ms},
           {"tflops", tflops},
@@ -299,10 +301,13 @@ int main(int argc, char** argv) {
                  "sm90's context split: 0 the backend's choice, -1 none, or segments of this many tokens (a "
                  "multiple of 64)");
   app.add_option("--heads", heads, "Hk/Hv of the prefill cases");
+  std::string qk_rows;
   bool qk_l2norm = false;
   app.add_flag("--qk-l2norm", qk_l2norm,
                "raw q and k with DI_GDN_QK_L2NORM, the backend normalising them as the engine asks (default: unit "
                "rows, no flag)");
+  app.add_option("--qk-rows", qk_rows, "q and k rows: unit or raw (default: raw with --qk-l2norm, else unit)")
+      ->check(CLI::IsMember({"unit", "raw"}));
   app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
   std::vector<int> decode_batches = {1, 8, 64, 256};
   std::vector<std::string> decode_forms = {"plain"};
@@ -358,7 +363,8 @@ int main(int argc, char** argv) {
           const std::string e = gdn::sm90_timeline_attach({stamps.data(), timeline_chunks});
           if (!e.empty()) fail("{}", e);
         }
-        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens, qk_l2norm);
+        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens, qk_l2norm,
+                                                      qk_rows.empty() ? !qk_l2norm : qk_rows == "unit");
         if (timeline) {
           const std::string e = gdn::sm90_timeline_attach({});
           if (!e.empty()) fail("{}", e);
