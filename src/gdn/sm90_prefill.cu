@@ -8,13 +8,16 @@
 //   X      = diag(beta) (V - D · K · S0)                            Vnew = Tinv · X
 //   O      = scale · D · Q · S0 + P · Vnew
 //   S      = exp(G_last) S0 + Kᵀ · W,   W = diag(exp(G_last - G)) Vnew
-// with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as row and column scalings.
+// with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as scalings. With D = diag(1 / |k|) the
+// kernel solves the similar system L' = D L D^-1 = diag(beta / |k|^2) strict_lower(Gamma ⊙ K Kᵀ) for
+// Vnew' = D Vnew = (I + L')^-1 D X, which P D and Kᵀ D take as they are: every factor of P and L' is a
+// row's, and |k_r|^2 is K Kᵀ's diagonal, so the auxiliary warpgroup needs no barrier for the norms.
 //
 // Design. One CTA of two state warpgroups and one auxiliary warpgroup owns (sequence, value head);
 // when that leaves more than half the SMs idle, one CTA of one state warpgroup and two auxiliary ones
 // owns each half of the value columns (Config below).
 //   The auxiliary warpgroups (the last) run ahead of the state warpgroups. For a chunk, one computes
-//   the gates and inverse norms, the Gram products Q Kᵀ and K Kᵀ (wgmma), P, L, the inverse of
+//   the gates, the Gram products Q Kᵀ and K Kᵀ (wgmma) and beside them the inverse norms, P, L', the inverse of
 //   (I + L) in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores,
 //   one tf32 product each: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
 //   into one of three stages, and signals the stage full (named barriers; it waits for the stage to
@@ -368,8 +371,8 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 }
 
 // An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
-// gates and the inverse norms; the Gram products; P (scale folded in) as an operand; (I + L)^-1 in
-// f32 in the stage; Tinv as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
+// gates; the Gram products, and the inverse norms while they run; P (scale folded in) as an operand;
+// (I + L')^-1 in f32 in the stage; Tinv' as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
 // A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
 template <typename C, bool kStateOnly>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, int len, int t,
@@ -387,39 +390,17 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
                 st.beta, st.exp_G, st.tail);
 
-  // Inverse norms 1 / sqrt(sum x^2 + 1e-6) of the raw rows (DI_GDN_QK_L2NORM), else 1. The k rows' sums
-  // are K Kᵀ's diagonal, read after the Gram products below; the q rows' are summed here, on the
-  // auxiliary warpgroup's critical path, so each row is split over two lanes of a warp: lane l of warp
-  // w takes row 16 w + l % 16, pieces 8 (l / 16) .. + 7 (a quarter warp's loads are 8 rows of one
-  // piece: no bank conflicts), in eight partial sums (element e of each piece into sum e), so that the
-  // chain of dependent adds is 8 long.
+  // Without DI_GDN_QK_L2NORM the rows are taken as normalised: 1 / |q| = 1 / |k| = 1.
   const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
   if (!normalize_qk) {
     if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
     if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
-  } else if (!kStateOnly) {
-    const int r = 16 * (t / 32) + t % 16, first_piece = 8 * ((t % 32) / 16);
-    float sum[8] = {};
-    const unsigned char* row = st.q + wg::piece_offset(r, first_piece * 8, kChunk);
-#pragma unroll
-    for (int part = 0; part < kHeadDim / 16; ++part) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kPieceBytes);
-      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
-        sum[2 * j] = fmaf(a, a, sum[2 * j]), sum[2 * j + 1] = fmaf(b, b, sum[2 * j + 1]);
-      }
-    }
-    float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
-    total += __shfl_xor_sync(0xffffffffu, total, 16);
-    if (t % 32 < 16) st.q_inv[r] = 1.0f / sqrtf(total + 1e-6f);
   }
   wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
   AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 3);
 
-  // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L in f32 for the inverse.
+  // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L' in f32 for the inverse.
   {
     float qk[32], kk[32];
     zero(qk), zero(kk);
@@ -428,31 +409,62 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     if (!kStateOnly) wg::mma<kHeadDim>(qk, q_op, k_op, false);
     wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
+    // The thread's rows row0 and row0 + 8: 1 / |q| and 1 / |k|, both found without a barrier while
+    // the products run. |q_r|^2 is summed on the CUDA cores by the warp that holds row r: lane l
+    // takes row 16 w + l % 16, pieces 8 (l / 16) .. + 7 (a quarter warp's loads are 8 rows of one
+    // piece: no bank conflicts), in eight partial sums (element e of each piece into sum e); the two
+    // halves meet by a shuffle, and each thread takes its rows' sums from lanes r % 16.
+    float q_inv_row[2] = {1.0f, 1.0f}, k_inv_row[2] = {1.0f, 1.0f};
+    if (!kStateOnly && normalize_qk) {
+      const int r = 16 * frag.warp + frag.lane % 16;
+      const unsigned char* row = st.q + wg::piece_offset(r, 8 * 8 * (frag.lane / 16), kChunk);
+      float sum[8] = {};
+#pragma unroll
+      for (int part = 0; part < kHeadDim / 16; ++part) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + part * kPieceBytes);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float a = kernels::bf16_lo(w[j]), b = kernels::bf16_hi(w[j]);
+          sum[2 * j] = fmaf(a, a, sum[2 * j]), sum[2 * j + 1] = fmaf(b, b, sum[2 * j + 1]);
+        }
+      }
+      float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
+      total += __shfl_xor_sync(0xffffffffu, total, 16);
+      const float inv = rsqrtf(total + 1e-6f);
+      if (frag.lane < 16) st.q_inv[r] = inv;  // for the state warpgroups' Q S
+#pragma unroll
+      for (int h = 0; h < 2; ++h) q_inv_row[h] = __shfl_sync(0xffffffffu, inv, frag.lane / 4 + 8 * h);
+    }
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
-    if (normalize_qk) {  // 1 / |k_r| from K Kᵀ's diagonal, held by lane 4 r' + r' / 2 (r' = r % 8), element e = r' % 2
+    if (normalize_qk) {
+      // |k_r|^2 is K Kᵀ's diagonal element (r, r): in the quad of row r's threads, the lane
+      // 4 r' + r' / 2 (r' = r % 8) holds it as element r' % 2 of column group j = 2 w + h. Every lane
+      // picks that element by masks of its bits (a select or a branch over j put kk in local memory, or
+      // spilled), and the quad takes the holder's.
       const int rr = frag.lane / 4;
-      if (frag.lane % 4 == rr / 2) {
-        // Row 16 w + 8 h + r' sits in column group j = 2 w + h, picked by masks of its bits: every
-        // register index stays a constant (a select or a branch over j put kk in local memory, or spilled).
-        const bool odd = rr % 2 != 0;
-        uint32_t bits[2] = {};
+      const bool odd = rr % 2 != 0;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        uint32_t bits = 0;
 #pragma unroll
-          for (int j = 0; j < kChunk / 8; ++j) {
-            const int i = 4 * j + 2 * h;
-            const uint32_t mask = j == 2 * frag.warp + h ? ~0u : 0u;
-            bits[h] |= __float_as_uint(odd ? kk[i + 1] : kk[i]) & mask;
-          }
-        const float diagonal[2] = {__uint_as_float(bits[0]), __uint_as_float(bits[1])};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) st.k_inv[frag.row0 + 8 * h] = 1.0f / sqrtf(diagonal[h] + 1e-6f);
+        for (int j = 0; j < kChunk / 8; ++j) {
+          const int i = 4 * j + 2 * h;
+          bits |= __float_as_uint(odd ? kk[i + 1] : kk[i]) & (j == 2 * frag.warp + h ? ~0u : 0u);
+        }
+        const float diagonal = __uint_as_float(__shfl_sync(0xffffffffu, bits, 4 * rr + rr / 2));
+        k_inv_row[h] = rsqrtf(diagonal + 1e-6f);
+        if (frag.lane % 4 == 0) st.k_inv[frag.row0 + 8 * h] = k_inv_row[h];  // for the state warpgroups
       }
-      AuxSync::sync();
     }
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
-    // Per thread: rows row0 and row0 + 8 (their factors read once), column pairs 8 j + col0. Every
+    // With D = diag(1 / |k|), L = diag(beta) D A D for A = Gamma ⊙ K Kᵀ (strictly lower), and
+    // (I + L)^-1 = D^-1 (I + L')^-1 D with L' = diag(beta / |k|^2) A: row factors alone. The state
+    // warpgroups work with Vnew' = D Vnew = (I + L')^-1 D X, which is also what P's columns and the
+    // state update take (P D Vnew = P' Vnew', Kᵀ D diag(tail) Vnew = Kᵀ diag(tail) Vnew'), so that
+    // P' = scale diag(1 / |q|) Gamma ⊙ Q Kᵀ has no column factor either.
+    // Per thread: rows row0 and row0 + 8, column pairs 8 j + col0. Every
     // thread computes all its entries, those above the diagonal masked to zeros: without a branch per
     // column group the loads and exponentials of all eight overlap (this runs on the auxiliary
     // warpgroup's critical path; a branch that skipped the groups above a warp's rows serialised them).
@@ -464,29 +476,28 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = frag.row0 + 8 * h;
-      G_row[h] = st.G[r], p_row[h] = kStateOnly ? 0.f : args.scale * st.q_inv[r], l_row[h] = st.beta[r] * st.k_inv[r];
+      G_row[h] = st.G[r], p_row[h] = kStateOnly ? 0.f : args.scale * q_inv_row[h];
+      l_row[h] = st.beta[r] * (k_inv_row[h] * k_inv_row[h]);
     }
     // In whole-head CTAs, where this warpgroup is the chunk's critical path, the next column group's
-    // factors are read before this group's stores: the compiler cannot tell those stores from these
-    // loads, and would otherwise issue each group's loads only after the stores of the group before
-    // (one load latency per group on the chain). Measured 1.6-1.9% off the whole-head shapes and
-    // 0.6-1.9% onto some half-head ones (docs/benchmarks/gdn-sm90.md), which keep the loads in place.
-    const auto column_factors = [&](int j, float2& G_col, float2& k_col) {
-      G_col = *reinterpret_cast<const float2*>(st.G + 8 * j + frag.col0);
-      k_col = *reinterpret_cast<const float2*>(st.k_inv + 8 * j + frag.col0);
-    };
-    float2 G_next, k_next;
-    if constexpr (C::kGroups == 2) column_factors(0, G_next, k_next);
+    // G is read before this group's stores: the compiler cannot tell those stores from these loads,
+    // and would otherwise issue each group's loads only after the stores of the group before (one load
+    // latency per group on the chain). Measured 1.6-1.9% off the whole-head shapes and 0.6-1.9% onto
+    // some half-head ones (docs/benchmarks/gdn-sm90.md, with 1 / |k| read beside G), which keep the
+    // loads in place.
+    const auto column_G = [&](int j) { return *reinterpret_cast<const float2*>(st.G + 8 * j + frag.col0); };
+    float2 G_next;
+    if constexpr (C::kGroups == 2) G_next = column_G(0);
 #pragma unroll
     for (int j = 0; j < kChunk / 8; ++j) {
       const int c = 8 * j + frag.col0;
       float p[2][2], l[2][2];
-      float2 G_col, k_col;
+      float2 G_col;
       if constexpr (C::kGroups == 2) {
-        G_col = G_next, k_col = k_next;
-        if (j + 1 < kChunk / 8) column_factors(j + 1, G_next, k_next);
+        G_col = G_next;
+        if (j + 1 < kChunk / 8) G_next = column_G(j + 1);
       } else {
-        column_factors(j, G_col, k_col);
+        G_col = column_G(j);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -494,9 +505,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int cc = c + e;
-          const float decay =
-              kernels::fast_exp2(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f) * kernels::kLog2e) *
-              (e ? k_col.y : k_col.x);
+          const float decay = kernels::fast_exp2(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f) * kernels::kLog2e);
           p[h][e] = cc <= r ? p_row[h] * decay * qk[i + e] : 0.f;
           l[h][e] = cc < r ? l_row[h] * decay * kk[i + e] : 0.f;
         }
@@ -738,9 +747,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::fence_registers(ks), wg::fence_registers(qs);
     stamp(tid == 0, w, chunk, 2);
 
-    // Xᵀ = (V - D diag(1/|k|) K S)ᵀ diag(beta), the per-token factors now per column; Vᵀ's pairs come
-    // from the V tile by ldmatrix.trans. The output starts as (scale D diag(1/|q|) Q S)ᵀ. X is split
-    // into bf16 hi + lo pairs, the A operands of Vnewᵀ = Xᵀ Tinvᵀ.
+    // X'ᵀ = (V - D diag(1/|k|) K S)ᵀ diag(beta / |k|) (X' = diag(1/|k|) X, see prepare_chunk), the
+    // per-token factors now per column; Vᵀ's pairs come from the V tile by ldmatrix.trans. The output
+    // starts as (scale D diag(1/|q|) Q S)ᵀ. X' is split into bf16 hi + lo pairs, the A operands of
+    // Vnew'ᵀ = X'ᵀ Tinv'ᵀ.
     uint32_t x_hi[16], x_lo[16];
     {
       uint32_t v_pairs[16];
@@ -752,8 +762,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
         const float2 bt = *reinterpret_cast<const float2*>(st.beta + c);
         const float2 eg = *reinterpret_cast<const float2*>(st.exp_G + c);
         const float2 ki = *reinterpret_cast<const float2*>(st.k_inv + c);
-        ks[i] = bt.x * (kernels::bf16_lo(v_pairs[i / 2]) - eg.x * ki.x * ks[i]);  // ks becomes Xᵀ
-        ks[i + 1] = bt.y * (kernels::bf16_hi(v_pairs[i / 2]) - eg.y * ki.y * ks[i + 1]);
+        ks[i] = bt.x * ki.x * (kernels::bf16_lo(v_pairs[i / 2]) - eg.x * ki.x * ks[i]);  // ks becomes X'ᵀ
+        ks[i + 1] = bt.y * ki.y * (kernels::bf16_hi(v_pairs[i / 2]) - eg.y * ki.y * ks[i + 1]);
         if (!kStateOnly) {
           const float2 qi = *reinterpret_cast<const float2*>(st.q_inv + c);
           qs[i] *= args.scale * eg.x * qi.x, qs[i + 1] *= args.scale * eg.y * qi.y;
@@ -764,8 +774,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     }
     stamp(tid == 0, w, chunk, 3);
 
-    // ---- Vnewᵀ = Xᵀ Tinvᵀ = X_hiᵀ Tinv_hiᵀ + X_hiᵀ Tinv_loᵀ + X_loᵀ Tinv_hiᵀ (the lo x lo term is below
-    // f32 rounding); Tinv's [i][j] tiles are the K-major B operands as they are.
+    // ---- Vnew'ᵀ = X'ᵀ Tinv'ᵀ = X_hiᵀ Tinv_hiᵀ + X_hiᵀ Tinv_loᵀ + X_loᵀ Tinv_hiᵀ (the lo x lo term is
+    // below f32 rounding); Tinv's [i][j] tiles are the K-major B operands as they are.
     float vnew[32];
     zero(vnew);
     const auto t_hi = wg::k_major(st.t_hi, kChunk), t_lo = wg::k_major(st.t_lo, kChunk);
@@ -778,7 +788,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::fence_registers(vnew);
     stamp(tid == 0, w, chunk, 4);
 
-    // Vnew as hi + lo pairs (A of the output's products); Wᵀ = Vnewᵀ diag(exp(G_last - G) / |k|) as hi +
+    // Vnew' as hi + lo pairs (A of the output's products); Wᵀ = Vnew'ᵀ diag(exp(G_last - G)) as hi +
     // lo pairs (A of the state's).
     uint32_t vnew_hi[16], vnew_lo[16], w_hi[16], w_lo[16];
     pack_pairs(vnew, vnew_hi);
@@ -787,8 +797,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     for (int i = 0; i < 32; i += 2) {
       const int c = frag.col(i);
       const float2 tl = *reinterpret_cast<const float2*>(st.tail + c);
-      const float2 ki = *reinterpret_cast<const float2*>(st.k_inv + c);
-      vnew[i] *= tl.x * ki.x, vnew[i + 1] *= tl.y * ki.y;  // vnew becomes Wᵀ
+      vnew[i] *= tl.x, vnew[i + 1] *= tl.y;  // vnew becomes Wᵀ
     }
     pack_pairs(vnew, w_hi);
     low_pairs(vnew, w_lo);
