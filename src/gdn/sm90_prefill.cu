@@ -17,7 +17,7 @@
 // when that leaves more than half the SMs idle, one CTA of one state warpgroup and two auxiliary ones
 // owns each half of the value columns (Config below).
 //   The auxiliary warpgroups (the last) run ahead of the state warpgroups. For a chunk, one computes
-//   the Gram products Q Kᵀ and K Kᵀ (wgmma) and beside them the gates and inverse norms, P, L', the inverse of
+//   the gates, the Gram products Q Kᵀ and K Kᵀ (wgmma) and beside them the inverse norms, P, L', the inverse of
 //   (I + L) in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores,
 //   one tf32 product each: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
 //   into one of three stages, and signals the stage full (named barriers; it waits for the stage to
@@ -371,7 +371,7 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 }
 
 // An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
-// Gram products, and the gates and inverse norms while they run; P (scale folded in) as an operand;
+// gates; the Gram products, and the inverse norms while they run; P (scale folded in) as an operand;
 // (I + L')^-1 in f32 in the stage; Tinv' as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
 // A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
 template <typename C, bool kStateOnly>
@@ -384,9 +384,11 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     if (!kStateOnly) zero_rows_past(st.q, kHeadDim / 8, len, t);
     zero_rows_past(st.k, kHeadDim / 8, len, t);
     zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
-    wg::fence_async_shared();  // the zeroed rows, before wgmma and the q norms read them
     AuxSync::sync();
   }
+  if (t < 32)
+    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
+                st.beta, st.exp_G, st.tail);
 
   // Without DI_GDN_QK_L2NORM the rows are taken as normalised: 1 / |q| = 1 / |k| = 1.
   const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
@@ -394,6 +396,8 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
     if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
   }
+  wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
+  AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 3);
 
   // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L' in f32 for the inverse.
@@ -405,12 +409,9 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     if (!kStateOnly) wg::mma<kHeadDim>(qk, q_op, k_op, false);
     wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
-    // While the products run: the gates (warp 0), and the inverse norms. The thread's rows row0 and
-    // row0 + 8: 1 / |q| and 1 / |k|, both found without a barrier.
-    if (t < 32)
-      chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
-                  st.beta, st.exp_G, st.tail);
-    // |q_r|^2 is summed on the CUDA cores by the warp that holds row r: lane l takes row 16 w + l % 16, pieces 8 (l / 16) .. + 7 (a quarter warp's loads are 8 rows of one
+    // The thread's rows row0 and row0 + 8: 1 / |q| and 1 / |k|, both found without a barrier while
+    // the products run. |q_r|^2 is summed on the CUDA cores by the warp that holds row r: lane l
+    // takes row 16 w + l % 16, pieces 8 (l / 16) .. + 7 (a quarter warp's loads are 8 rows of one
     // piece: no bank conflicts), in eight partial sums (element e of each piece into sum e); the two
     // halves meet by a shuffle, and each thread takes its rows' sums from lanes r % 16.
     float q_inv_row[2] = {1.0f, 1.0f}, k_inv_row[2] = {1.0f, 1.0f};
@@ -457,7 +458,6 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
         if (frag.lane % 4 == 0) st.k_inv[frag.row0 + 8 * h] = k_inv_row[h];  // for the state warpgroups
       }
     }
-    AuxSync::sync();  // the gates, for every warp's rows and columns
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
     // With D = diag(1 / |k|), L = diag(beta) D A D for A = Gamma ⊙ K Kᵀ (strictly lower), and
     // (I + L)^-1 = D^-1 (I + L')^-1 D with L' = diag(beta / |k|^2) A: row factors alone. The state
