@@ -5,6 +5,7 @@
 # 0 the policy's choice, else segments of L tokens), the whole sweep in one order and then in the
 # other; timings.txt gets one line "HEADS SHAPE L MS" per run, and di_split_cost_fit fits the model
 # to them (fit.txt, printed last). No run starts after --budget-s seconds (default 480) from the start.
+# The benches pass --qk-l2norm (raw q and k with DI_GDN_QK_L2NORM), as the engine calls the backend.
 # usage: DI_SOURCE_COMMIT=<sha> scripts/gdn_split_sweep.sh [--batches LIST] [--segments LIST]
 #          [--passes N] [--budget-s S] LOG_DIR
 #        LIST: space-separated; batches as HEADS:SHAPE (default: the ten of docs/benchmarks/gdn-sm90.md's
@@ -47,14 +48,14 @@ grep -E '^\[  FAILED' "$logs/tests.log" | head -10
 
 runs=()
 for L in $segments; do for b in $batches; do runs+=("$b:$L"); done; done
-echo "# HEADS SHAPE SEGMENT_TOKENS MS (di_gdn_bench --backend sm90 median)" >"$logs/timings.txt"
+echo "# HEADS SHAPE SEGMENT_TOKENS MS (di_gdn_bench --backend sm90 --qk-l2norm median)" >"$logs/timings.txt"
 for pass in $(seq 1 "$passes"); do
   for ((i = 0; i < ${#runs[@]}; ++i)); do
     [ $(( $(date +%s) - start )) -lt "$budget" ] || { echo "budget spent: pass $pass stopped at run $i"; break 2; }
     run=${runs[$i]}
     [ $((pass % 2)) -eq 0 ] && run=${runs[$(( ${#runs[@]} - 1 - i ))]}  # even passes backwards
     IFS=: read -r heads shape L <<<"$run"
-    ms=$(timeout 60 build-gpu/bench/di_gdn_bench --backend sm90 --heads "$heads" --shape "$shape" --segment-tokens "$L" 2>&1 |
+    ms=$(timeout 60 build-gpu/bench/di_gdn_bench --backend sm90 --heads "$heads" --shape "$shape" --segment-tokens "$L" --qk-l2norm 2>&1 |
       awk '$1 == "sm90" {print $4}')
     if [ -n "$ms" ]; then echo "$heads $shape $L $ms" >>"$logs/timings.txt"; else echo "no timing: $heads $shape L=$L"; fi
   done

@@ -143,7 +143,8 @@ fi
 
 # 3. Benchmarks.
 if want gdn; then
-  if "$build/bench/di_gdn_bench" --json "$logs/gdn_kernels.json" >"$logs/gdn_kernels.txt" 2>&1; then
+  # Raw q and k with DI_GDN_QK_L2NORM, as the engine calls the prefill backends.
+  if "$build/bench/di_gdn_bench" --qk-l2norm --json "$logs/gdn_kernels.json" >"$logs/gdn_kernels.txt" 2>&1; then
     row "GDN kernel lab" "ok (gdn_kernels.txt)"
   else
     row "GDN kernel lab" "FAILED (gdn_kernels.txt)"; failed=1
