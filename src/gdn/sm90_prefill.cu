@@ -8,9 +8,9 @@
 //   X      = diag(beta) (V - D · K · S0)                            Vnew = Tinv · X
 //   O      = scale · D · Q · S0 + P · Vnew
 //   S      = exp(G_last) S0 + Kᵀ · W,   W = diag(exp(G_last - G)) Vnew
-// with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as scalings. With D = diag(1 / |k|) the
-// kernel solves the similar system L' = D L D^-1 = diag(beta / |k|^2) strict_lower(Gamma ⊙ K Kᵀ) for
-// Vnew' = D Vnew = (I + L')^-1 D X, which P D and Kᵀ D take as they are: every factor of P and L' is a
+// with the q and k inverse norms (DI_GDN_QK_L2NORM) folded in as scalings. With N = diag(1 / |k|) the
+// kernel solves the similar system L' = N L N^-1 = diag(beta / |k|^2) strict_lower(Gamma ⊙ K Kᵀ) for
+// Vnew' = N Vnew = (I + L')^-1 N X, which P N and Kᵀ N take as they are: every factor of P and L' is a
 // row's, and |k_r|^2 is K Kᵀ's diagonal, so the auxiliary warpgroup needs no barrier for the norms.
 //
 // Design. One CTA of two state warpgroups and one auxiliary warpgroup owns (sequence, value head);
@@ -18,7 +18,7 @@
 // owns each half of the value columns (Config below).
 //   The auxiliary warpgroups (the last) run ahead of the state warpgroups. For a chunk, one computes
 //   the gates, the Gram products Q Kᵀ and K Kᵀ (wgmma) and beside them the inverse norms, P, L', the inverse of
-//   (I + L) in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores,
+//   (I + L') in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores,
 //   one tf32 product each: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
 //   into one of three stages, and signals the stage full (named barriers; it waits for the stage to
 //   be empty first). Two auxiliary warpgroups take the chunks in turn, each in its own stage: the
@@ -459,10 +459,10 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
       }
     }
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
-    // With D = diag(1 / |k|), L = diag(beta) D A D for A = Gamma ⊙ K Kᵀ (strictly lower), and
-    // (I + L)^-1 = D^-1 (I + L')^-1 D with L' = diag(beta / |k|^2) A: row factors alone. The state
-    // warpgroups work with Vnew' = D Vnew = (I + L')^-1 D X, which is also what P's columns and the
-    // state update take (P D Vnew = P' Vnew', Kᵀ D diag(tail) Vnew = Kᵀ diag(tail) Vnew'), so that
+    // With N = diag(1 / |k|), L = diag(beta) N A N for A = Gamma ⊙ K Kᵀ (strictly lower), and
+    // (I + L)^-1 = N^-1 (I + L')^-1 N with L' = diag(beta / |k|^2) A: row factors alone. The state
+    // warpgroups work with Vnew' = N Vnew = (I + L')^-1 N X, which is also what P's columns and the
+    // state update take (P N Vnew = P' Vnew', Kᵀ N diag(tail) Vnew = Kᵀ diag(tail) Vnew'), so that
     // P' = scale diag(1 / |q|) Gamma ⊙ Q Kᵀ has no column factor either.
     // Per thread: rows row0 and row0 + 8, column pairs 8 j + col0. Every
     // thread computes all its entries, those above the diagonal masked to zeros: without a branch per
@@ -747,7 +747,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::fence_registers(ks), wg::fence_registers(qs);
     stamp(tid == 0, w, chunk, 2);
 
-    // X'ᵀ = (V - D diag(1/|k|) K S)ᵀ diag(beta / |k|) (X' = diag(1/|k|) X, see prepare_chunk), the
+    // X'ᵀ = (V - D diag(1/|k|) K S)ᵀ diag(beta / |k|) (X' = N X, see prepare_chunk), the
     // per-token factors now per column; Vᵀ's pairs come from the V tile by ldmatrix.trans. The output
     // starts as (scale D diag(1/|q|) Q S)ᵀ. X' is split into bf16 hi + lo pairs, the A operands of
     // Vnew'ᵀ = X'ᵀ Tinv'ᵀ.
