@@ -13,18 +13,22 @@ namespace di::gdn {
 namespace {
 
 constexpr int kDim = 128;  // K == V
-// The carry: a block per (sequence, head, 8 value columns), each thread 4 rows of one column. The
-// carry is a chain of one step per carried segment, so a step's latency is what counts: M of the next
-// step is copied into shared memory (cp.async, double-buffered) while this one multiplies.
-constexpr int kCarryColumns = 8;
+// The carry: a block per (sequence, head, 16 value columns), S <- M S + N for those columns at each
+// carried segment. The chain is one step per carried segment, so a step's latency is what counts, and
+// the blocks of 16 heads must fit in one wave (128 blocks). A quad of threads owns rows p and p + 64 of
+// M, each thread a quarter of the keys (the float4 pieces 4q + 16i, i = 0..7, so that a quad reads 64
+// contiguous bytes of a row); each thread copies its own pieces of the next step's M into shared memory
+// (cp.async) while this step multiplies, and reads back only what it copied, so the copies need no
+// barrier. The state's 16 columns sit in shared memory, read as float4 broadcasts (the four quarters'
+// rows in four different bank groups); the quad then sums its quarters by shuffles, each thread keeping
+// 8 of the 32 sums.
+constexpr int kCarryColumns = 16;
 constexpr int kCarryThreads = 256;
-constexpr int kCarryRowGroups = kCarryThreads / kCarryColumns;  // 32: thread rows g, g + 32, g + 64, g + 96
-constexpr int kCarryRows = kDim / kCarryRowGroups;
-// Floats per row of M in shared memory: 16-byte rows for the copies, and the four rows a warp reads
-// at once (consecutive) four banks apart.
-constexpr int kTransferStride = kDim + 4;
-constexpr size_t kTransferBytes = size_t(kDim) * kTransferStride * sizeof(float);
-constexpr size_t kCarrySmemBytes = 2 * kTransferBytes + size_t(kDim) * kCarryColumns * sizeof(float);
+constexpr int kCarryPieces = 8;  // float4 pieces of keys per thread and row
+constexpr size_t kCarryStateFloats = size_t(kDim) * kCarryColumns;
+constexpr size_t kCarryTransferFloats = size_t(kDim) * kDim;
+// M double-buffered ([piece][thread] float4s: a warp reads 512 contiguous bytes), then the state, too.
+constexpr size_t kCarrySmemBytes = (2 * kCarryTransferFloats + 2 * kCarryStateFloats) * sizeof(float);
 
 template <typename T>
 T* at(void* scratch, size_t offset) {
@@ -37,6 +41,7 @@ __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, in
                                      int32_t segment_tokens, int32_t max_segments, int32_t max_carried,
                                      ContextSegment* segments, int32_t* carried_segment, int32_t* seq_first,
                                      int32_t* counts) {
+  kernels::allow_dependent_grid();  // step 1 launches at once and waits for the table
   if (threadIdx.x == 0) {
     int32_t segs = 0, carried = 0;
     for (int s = 0; s < num_seqs; ++s) {
@@ -77,13 +82,24 @@ struct CarryParams {
   int num_v_heads;
 };
 
-// Block (sequence, head, 8 value columns) of a sequence of several segments: the columns' entry state
+// Where float4 `slot` (columns 4 slot .. 4 slot + 3) of the state's row `key` sits in shared memory:
+// the slots of a row are permuted by bits 2-3 of the key, so that the rows 4q + 16i + e the four
+// quarters read at once fall in four different bank groups.
+__device__ __forceinline__ int carry_state_index(int key, int slot) {
+  return key * kCarryColumns + 4 * (slot ^ ((key >> 2) & 3));
+}
+
+// Block (sequence, head, 16 value columns) of a sequence of several segments: the columns' entry state
 // of its first segment is its initial state (copied: in place, the last segment writes the slot while
-// the first may still read it); each carried segment's M and N make the next one's, S <- M S + N in float32
-// (M S summed over keys in order, then N added: the same bits every run).
+// the first may still read it); each carried segment's M and N make the next one's, S <- M S + N in
+// float32 (each quarter of the keys summed in order, the quarters as (q0 + q1) + (q2 + q3), then N
+// added: the same bits every run). From a zero initial state the first step is N itself.
+// Launched early (programmatic dependent launch): it lets step 3 start at once, so that step 3's
+// CTAs prepare their first chunks on the SMs this launch leaves free, and waits for step 1 itself.
 __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const CarryParams p) {
+  kernels::allow_dependent_grid();
+  kernels::wait_for_prior_grid();  // M and N come from step 1
   extern __shared__ __align__(16) float carry_smem[];
-  float* const s_s = carry_smem + 2 * kTransferBytes / sizeof(float);  // [K][kCarryColumns]
   constexpr int kBlocksPerHead = kDim / kCarryColumns;
   const int Hv = p.num_v_heads;
   const int c0 = int(blockIdx.x % kBlocksPerHead) * kCarryColumns;
@@ -91,63 +107,116 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   const int seq = int(blockIdx.x / kBlocksPerHead) / Hv;
   const int first = p.seq_first[seq], end = p.seq_first[seq + 1];
   if (end - first <= 1) return;  // one segment: it reads the sequence's initial state itself
-  const int tid = int(threadIdx.x);
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  const int quarter = lane % 4, row0 = tid / 4;  // rows row0 and row0 + 64, keys 4 quarter + 16 i + e
+  // After the sums: this thread's 8 results, row `out_row`, columns c0 + out_col .. + 7.
+  const int out_row = row0 + 64 * ((quarter >> 1) & 1), out_col = 8 * (quarter & 1);
   auto matrix = [&](int64_t index) { return (index * Hv + head) * kDim * kDim; };
-  auto transfer_s = [&](int step) { return carry_smem + (step % 2) * (kTransferBytes / sizeof(float)); };
-  // M of carried segment `g` into buffer `step % 2`: 16 bytes a copy, 16 copies a thread.
-  auto copy_transfer = [&](int g, int step) {
-    const float* m = p.transfer + matrix(p.segments[g].carried);
-    float* dst = transfer_s(step);
-#pragma unroll
-    for (int i = tid; i < kDim * kDim / 4; i += kCarryThreads)
-      kernels::cp_async_16(dst + (i / (kDim / 4)) * kTransferStride + (i % (kDim / 4)) * 4, m + 4 * i, 16);
-    kernels::cp_async_commit();
+  auto state_s = [&](int buffer) { return carry_smem + 2 * kCarryTransferFloats + buffer * kCarryStateFloats; };
+  // This thread's float4 piece i of row row0 + 64 r of the M in buffer `buffer`.
+  auto transfer_piece = [&](int buffer, int r, int i) {
+    return carry_smem + buffer * kCarryTransferFloats + ((r * kCarryPieces + i) * kCarryThreads + tid) * 4;
   };
-  if (first + 1 < end) copy_transfer(first, 0);
 
+  // The entry state of the first segment: the initial state, or zero.
   const int64_t slot = p.state_indices != nullptr ? p.state_indices[seq] : seq;
+  const bool zero_entry = p.initial_state == nullptr || slot < 0;
   for (int i = tid; i < kDim * kCarryColumns; i += kCarryThreads) {
     const int key = i / kCarryColumns, col = c0 + i % kCarryColumns;
     float x = 0.0f;
-    if (p.initial_state != nullptr && slot >= 0)
-      x = p.initial_state[matrix(slot) + (p.kv_layout ? key * kDim + col : col * kDim + key)];
-    s_s[i] = x;
+    if (!zero_entry) x = p.initial_state[matrix(slot) + (p.kv_layout ? key * kDim + col : col * kDim + key)];
+    state_s(0)[carry_state_index(key, (i % kCarryColumns) / 4) + i % 4] = x;
     p.entry_state[matrix(first) + key * kDim + col] = x;
   }
-  const int col = tid % kCarryColumns, group = tid / kCarryColumns;
-  for (int g = first; g + 1 < end; ++g) {
-    const int step = g - first;
-    const bool next = g + 2 < end;  // another carried segment after this one
-    if (next) copy_transfer(g + 1, step + 1);
-    const float* n = p.local_state + matrix(p.segments[g].carried);
-    float acc[kCarryRows];
+
+  // Carried segment g: this thread's pieces of M's rows row0 and row0 + 64 into shared memory buffer
+  // `buffer` (one cp.async group), N's 8 results into registers; issued a step ahead.
+  float4 n[2], n_next[2];
+  auto load_step = [&](int g, int buffer, float4 (&nn)[2]) {
+    const float* src = p.transfer + matrix(p.segments[g].carried);
 #pragma unroll
-    for (int r = 0; r < kCarryRows; ++r) acc[r] = n[(group + kCarryRowGroups * r) * kDim + c0 + col];
-    if (next) kernels::cp_async_wait_group<1>();
-    else kernels::cp_async_wait_group<0>();
-    __syncthreads();  // this step's M has landed for every thread; the state is written
-    const float* m_s = transfer_s(step);
-    float sum[kCarryRows] = {};
-    for (int k = 0; k < kDim; k += 4) {
-      const float s0 = s_s[k * kCarryColumns + col], s1 = s_s[(k + 1) * kCarryColumns + col],
-                  s2 = s_s[(k + 2) * kCarryColumns + col], s3 = s_s[(k + 3) * kCarryColumns + col];
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int r = 0; r < kCarryRows; ++r) {
-        const float4 m = *reinterpret_cast<const float4*>(m_s + (group + kCarryRowGroups * r) * kTransferStride + k);
-        sum[r] = fmaf(m.x, s0, sum[r]);
-        sum[r] = fmaf(m.y, s1, sum[r]);
-        sum[r] = fmaf(m.z, s2, sum[r]);
-        sum[r] = fmaf(m.w, s3, sum[r]);
+      for (int i = 0; i < kCarryPieces; ++i)
+        kernels::cp_async_16(transfer_piece(buffer, r, i), src + (row0 + 64 * r) * kDim + 16 * i + 4 * quarter, 16);
+    kernels::cp_async_commit();
+    const float4* nsrc = reinterpret_cast<const float4*>(p.local_state + matrix(p.segments[g].carried) +
+                                                         out_row * kDim + c0 + out_col);
+    nn[0] = nsrc[0], nn[1] = nsrc[1];
+  };
+  load_step(first, 0, n);
+  __syncthreads();  // the first entry state is in shared memory
+
+  for (int g = first, buffer = 0; g + 1 < end; ++g, buffer ^= 1) {
+    // The next M goes into the buffer the step before read (this thread's own pieces: its reads are done).
+    if (g + 2 < end) {
+      load_step(g + 1, buffer ^ 1, n_next);
+      kernels::cp_async_wait_group<1>();
+    } else {
+      kernels::cp_async_wait_group<0>();
+    }
+    float out[8];
+    if (g == first && zero_entry) {
+      // M 0 + N = N (M is finite): no product.
+      out[0] = n[0].x, out[1] = n[0].y, out[2] = n[0].z, out[3] = n[0].w;
+      out[4] = n[1].x, out[5] = n[1].y, out[6] = n[1].z, out[7] = n[1].w;
+    } else {
+      const float* s_s = state_s(buffer);
+      float acc[2][kCarryColumns] = {};
+#pragma unroll
+      for (int i = 0; i < kCarryPieces; ++i) {
+        const float4 m0 = *reinterpret_cast<const float4*>(transfer_piece(buffer, 0, i));
+        const float4 m1 = *reinterpret_cast<const float4*>(transfer_piece(buffer, 1, i));
+        const float mr[2][4] = {{m0.x, m0.y, m0.z, m0.w}, {m1.x, m1.y, m1.z, m1.w}};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = 16 * i + 4 * quarter + e;
+#pragma unroll
+          for (int slot4 = 0; slot4 < kCarryColumns / 4; ++slot4) {
+            const float4 s = *reinterpret_cast<const float4*>(s_s + carry_state_index(key, slot4));
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              acc[r][4 * slot4 + 0] = fmaf(mr[r][e], s.x, acc[r][4 * slot4 + 0]);
+              acc[r][4 * slot4 + 1] = fmaf(mr[r][e], s.y, acc[r][4 * slot4 + 1]);
+              acc[r][4 * slot4 + 2] = fmaf(mr[r][e], s.z, acc[r][4 * slot4 + 2]);
+              acc[r][4 * slot4 + 3] = fmaf(mr[r][e], s.w, acc[r][4 * slot4 + 3]);
+            }
+          }
+        }
       }
-    }
-    __syncthreads();  // every read of the state and of this M is done before either is replaced
+      // The quad's sums: quarters q and q ^ 1 over the 8 columns this thread keeps (both rows), then
+      // q and q ^ 2 over the row it keeps. a + b and b + a are the same bits, so both sides agree.
+      const bool high_cols = (quarter & 1) != 0, high_row = (quarter & 2) != 0;
+      float half[2][8];
 #pragma unroll
-    for (int r = 0; r < kCarryRows; ++r) {
-      const int row = group + kCarryRowGroups * r;
-      const float x = sum[r] + acc[r];
-      s_s[row * kCarryColumns + col] = x;
-      p.entry_state[matrix(g + 1) + row * kDim + c0 + col] = x;
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float keep = high_cols ? acc[r][8 + j] : acc[r][j];
+          const float give = high_cols ? acc[r][j] : acc[r][8 + j];
+          half[r][j] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
+        }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float keep = high_row ? half[1][j] : half[0][j];
+        const float give = high_row ? half[0][j] : half[1][j];
+        out[j] = keep + __shfl_xor_sync(0xffffffffu, give, 2);
+      }
+      const float nv[8] = {n[0].x, n[0].y, n[0].z, n[0].w, n[1].x, n[1].y, n[1].z, n[1].w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] += nv[j];
     }
+    // The next entry state: to the scratch, and into the other buffer for the next step (its readers,
+    // two steps back, passed the barrier below).
+    float4* dst = reinterpret_cast<float4*>(p.entry_state + matrix(g + 1) + out_row * kDim + c0 + out_col);
+    dst[0] = make_float4(out[0], out[1], out[2], out[3]);
+    dst[1] = make_float4(out[4], out[5], out[6], out[7]);
+    float* next_s = state_s(buffer ^ 1);
+    *reinterpret_cast<float4*>(next_s + carry_state_index(out_row, out_col / 4)) = make_float4(out[0], out[1], out[2], out[3]);
+    *reinterpret_cast<float4*>(next_s + carry_state_index(out_row, out_col / 4 + 1)) =
+        make_float4(out[4], out[5], out[6], out[7]);
+    __syncthreads();  // the next state is whole before any thread reads it
+    n[0] = n_next[0], n[1] = n_next[1];
   }
 }
 
@@ -164,9 +233,6 @@ int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& la
 
 int launch_context_carry(const ContextSplitScratch& layout, void* scratch, const di_gdn_prefill_args& args,
                          di_gdn_stream stream) {
-  if (cudaFuncSetAttribute(carry_entry_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kCarrySmemBytes)) != cudaSuccess)
-    return DI_GDN_LAUNCH_FAILED;
   const CarryParams p{at<const ContextSegment>(scratch, layout.segments),
                       at<const int32_t>(scratch, layout.seq_first),
                       at<const float>(scratch, layout.transfer),
@@ -177,9 +243,13 @@ int launch_context_carry(const ContextSplitScratch& layout, void* scratch, const
                       args.state_layout == DI_GDN_STATE_KV,
                       args.geometry.num_v_heads};
   const int64_t blocks = int64_t(args.num_seqs) * args.geometry.num_v_heads * (kDim / kCarryColumns);
-  carry_entry_states_kernel<<<unsigned(blocks), kCarryThreads, kCarrySmemBytes,
-                              reinterpret_cast<cudaStream_t>(stream)>>>(p);
-  return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
+  if (kernels::allow_dynamic_shared_memory(reinterpret_cast<const void*>(carry_entry_states_kernel), kCarrySmemBytes) !=
+      cudaSuccess)
+    return DI_GDN_LAUNCH_FAILED;
+  return kernels::launch_early(carry_entry_states_kernel, dim3(unsigned(blocks)), dim3(kCarryThreads),
+                               kCarrySmemBytes, reinterpret_cast<cudaStream_t>(stream), p) == cudaSuccess
+             ? DI_GDN_OK
+             : DI_GDN_LAUNCH_FAILED;
 }
 
 }  // namespace di::gdn

@@ -642,8 +642,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + C::kOffBarriers);  // per input slot
 
   constexpr bool kStateOnly = kLaunch == Launch::carried;  // no output: no Q, Q S, P or output products
+  // A split's launches follow each other early (programmatic dependent launch, run_split). Step 1
+  // waits for the plan before it reads the segment table. Step 3 starts while the carry runs: only
+  // its state warpgroups wait for the entry states; its inputs and the plan were complete before
+  // step 1 began. A CTA that idles still waits, so that a launch behind it never finds the carry
+  // unfinished when this grid is.
+  if constexpr (kLaunch == Launch::carried) kernels::wait_for_prior_grid();
+  if constexpr (kLaunch != Launch::sequences) kernels::allow_dependent_grid();
   const CtaWork work = cta_work<C, kLaunch>(args, split);
-  if (!work.active) return;  // a split's launches are sized by its bounds and made in both shapes: no work
+  if (!work.active) {  // a split's launches are sized by its bounds and made in both shapes: no work
+    if constexpr (kLaunch == Launch::segments) kernels::wait_for_prior_grid();
+    return;
+  }
   const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
   const int tile = work.tile, head = work.head;
   const int key_head = head / (Hv / Hk);
@@ -694,6 +704,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   for (int chunk = 0; chunk < C::kInputSlots && chunk < num_chunks; ++chunk) load_chunk(chunk);
 
   // Sᵀ in accumulator form: state[half][i] = S[64 half + col(i)][v0 + row(i)] (keys along the columns).
+  if constexpr (kLaunch == Launch::segments) kernels::wait_for_prior_grid();  // the carry's entry states
   float state[2][32];
   if (work.initial != nullptr) {
     const float* src = work.initial;
@@ -904,8 +915,13 @@ int launch(const di_gdn_prefill_args& a, di_gdn_stream stream, int64_t pairs, co
   if (cudaFuncSetAttribute(gdn_sm90_prefill_kernel<C, kLaunch>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(C::kSmemBytes)) != cudaSuccess)
     return DI_GDN_LAUNCH_FAILED;
-  gdn_sm90_prefill_kernel<C, kLaunch>
-      <<<unsigned(ctas), C::kThreads, C::kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(a, maps, split);
+  const auto stream_ = reinterpret_cast<cudaStream_t>(stream);
+  if constexpr (kLaunch != Launch::sequences)  // a split's steps: early, behind the plan or the carry
+    return kernels::launch_early(gdn_sm90_prefill_kernel<C, kLaunch>, dim3(unsigned(ctas)), dim3(C::kThreads),
+                                 C::kSmemBytes, stream_, a, maps, split) == cudaSuccess
+               ? DI_GDN_OK
+               : DI_GDN_LAUNCH_FAILED;
+  gdn_sm90_prefill_kernel<C, kLaunch><<<unsigned(ctas), C::kThreads, C::kSmemBytes, stream_>>>(a, maps, split);
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
 }
 
