@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "gdn/chunk_math.cuh"
 #include "kernels/cuda_common.cuh"
 
 namespace di::gdn {
@@ -15,17 +16,20 @@ namespace {
 constexpr int kDim = 128;  // K == V
 // The carry: a block per (sequence, head, 16 value columns), S <- M S + N for those columns at each
 // carried segment. The chain is one step per carried segment, so a step's latency is what counts, and
-// the blocks of 16 heads must fit in one wave (128 blocks). A quad of threads owns rows p and p + 64 of
-// M, each thread a quarter of the keys (the float4 pieces 4q + 16i, i = 0..7, so that a quad reads 64
-// contiguous bytes of a row); each thread copies its own pieces of the next step's M into shared memory
-// (cp.async) while this step multiplies, and reads back only what it copied, so the copies need no
-// barrier. The state's 16 columns sit in shared memory, read as float4 broadcasts (the four quarters'
-// rows in four different bank groups); the quad then sums its quarters by shuffles, each thread keeping
-// 8 of the 32 sums.
+// the blocks of 16 heads must fit in one wave (128 blocks). The product runs on tensor cores (mma.sync
+// m16n8k8, tf32 operands split big + small in three products: about float32's accuracy, chunk_math.cuh),
+// warp w taking M's rows 16 w .. 16 w + 15 and both 8-column tiles. The keys of a k step are
+// permuted so that a thread's A operands are float4s of a row (keys 16 i + 4 t .. + 3 hold steps 2 i
+// and 2 i + 1) and its B operands float4s of the state stored transposed. Each thread copies its own
+// pieces of the next step's M into shared memory (cp.async) while this step multiplies, and reads back
+// only what it copied, so the copies need no barrier.
 constexpr int kCarryColumns = 16;
-constexpr int kCarryThreads = 256;
-constexpr int kCarryPieces = 8;  // float4 pieces of keys per thread and row
-constexpr size_t kCarryStateFloats = size_t(kDim) * kCarryColumns;
+constexpr int kCarryThreads = 256;  // 8 warps: M's 8 row tiles
+constexpr int kCarryPieces = 8;     // float4 pieces of keys per thread and row
+// The state in shared memory, transposed ([column][key]): 144 floats a column put the float4s that
+// the eight threads of a quarter warp read in eight different bank groups.
+constexpr int kCarryKeyStride = 144;
+constexpr size_t kCarryStateFloats = size_t(kCarryColumns) * kCarryKeyStride;
 constexpr size_t kCarryTransferFloats = size_t(kDim) * kDim;
 // M double-buffered ([piece][thread] float4s: a warp reads 512 contiguous bytes), then the state, too.
 constexpr size_t kCarrySmemBytes = (2 * kCarryTransferFloats + 2 * kCarryStateFloats) * sizeof(float);
@@ -82,18 +86,11 @@ struct CarryParams {
   int num_v_heads;
 };
 
-// Where float4 `slot` (columns 4 slot .. 4 slot + 3) of the state's row `key` sits in shared memory:
-// the slots of a row are permuted by bits 2-3 of the key, so that the rows 4q + 16i + e the four
-// quarters read at once fall in four different bank groups.
-__device__ __forceinline__ int carry_state_index(int key, int slot) {
-  return key * kCarryColumns + 4 * (slot ^ ((key >> 2) & 3));
-}
-
 // Block (sequence, head, 16 value columns) of a sequence of several segments: the columns' entry state
 // of its first segment is its initial state (copied: in place, the last segment writes the slot while
-// the first may still read it); each carried segment's M and N make the next one's, S <- M S + N in
-// float32 (each quarter of the keys summed in order, the quarters as (q0 + q1) + (q2 + q3), then N
-// added: the same bits every run). From a zero initial state the first step is N itself.
+// the first may still read it); each carried segment's M and N make the next one's, S <- M S + N
+// (M S in split tf32 products in a fixed order, then N added: the same bits every run). From a zero
+// initial state the first step is N itself.
 // Launched early (programmatic dependent launch): it lets step 3 start at once, so that step 3's
 // CTAs prepare their first chunks on the SMs this launch leaves free, and waits for step 1 itself.
 __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const CarryParams p) {
@@ -101,122 +98,115 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   kernels::wait_for_prior_grid();  // M and N come from step 1
   extern __shared__ __align__(16) float carry_smem[];
   constexpr int kBlocksPerHead = kDim / kCarryColumns;
+  constexpr MergeProducts kSplit = MergeProducts::split_3xtf32;
   const int Hv = p.num_v_heads;
   const int c0 = int(blockIdx.x % kBlocksPerHead) * kCarryColumns;
   const int head = int(blockIdx.x / kBlocksPerHead) % Hv;
   const int seq = int(blockIdx.x / kBlocksPerHead) / Hv;
   const int first = p.seq_first[seq], end = p.seq_first[seq + 1];
   if (end - first <= 1) return;  // one segment: it reads the sequence's initial state itself
-  const int tid = int(threadIdx.x), lane = tid % 32;
-  const int quarter = lane % 4, row0 = tid / 4;  // rows row0 and row0 + 64, keys 4 quarter + 16 i + e
-  // After the sums: this thread's 8 results, row `out_row`, columns c0 + out_col .. + 7.
-  const int out_row = row0 + 64 * ((quarter >> 1) & 1), out_col = 8 * (quarter & 1);
+  const int tid = int(threadIdx.x), lane = tid % 32, t = lane % 4;
+  const int row = 16 * (tid / 32) + lane / 4;  // this thread's rows: row and row + 8 (mma fragments)
   auto matrix = [&](int64_t index) { return (index * Hv + head) * kDim * kDim; };
   auto state_s = [&](int buffer) { return carry_smem + 2 * kCarryTransferFloats + buffer * kCarryStateFloats; };
-  // This thread's float4 piece i of row row0 + 64 r of the M in buffer `buffer`.
+  // This thread's float4 piece i (keys 16 i + 4 t .. + 3) of row `row + 8 r` of the M in `buffer`.
   auto transfer_piece = [&](int buffer, int r, int i) {
-    return carry_smem + buffer * kCarryTransferFloats + ((r * kCarryPieces + i) * kCarryThreads + tid) * 4;
+    return reinterpret_cast<const float4*>(carry_smem + buffer * kCarryTransferFloats +
+                                           ((r * kCarryPieces + i) * kCarryThreads + tid) * 4);
   };
 
   // The entry state of the first segment: the initial state, or zero.
   const int64_t slot = p.state_indices != nullptr ? p.state_indices[seq] : seq;
   const bool zero_entry = p.initial_state == nullptr || slot < 0;
   for (int i = tid; i < kDim * kCarryColumns; i += kCarryThreads) {
-    const int key = i / kCarryColumns, col = c0 + i % kCarryColumns;
+    const int key = i / kCarryColumns, col = i % kCarryColumns;
     float x = 0.0f;
-    if (!zero_entry) x = p.initial_state[matrix(slot) + (p.kv_layout ? key * kDim + col : col * kDim + key)];
-    state_s(0)[carry_state_index(key, (i % kCarryColumns) / 4) + i % 4] = x;
-    p.entry_state[matrix(first) + key * kDim + col] = x;
+    if (!zero_entry) x = p.initial_state[matrix(slot) + (p.kv_layout ? key * kDim + c0 + col : (c0 + col) * kDim + key)];
+    state_s(0)[col * kCarryKeyStride + key] = x;
+    p.entry_state[matrix(first) + key * kDim + c0 + col] = x;
   }
 
-  // Carried segment g: this thread's pieces of M's rows row0 and row0 + 64 into shared memory buffer
-  // `buffer` (one cp.async group), N's 8 results into registers; issued a step ahead.
-  float4 n[2], n_next[2];
-  auto load_step = [&](int g, int buffer, float4 (&nn)[2]) {
-    const float* src = p.transfer + matrix(p.segments[g].carried);
+  // Carried segment g: this thread's pieces of M (rows row, row + 8) into shared memory buffer
+  // `buffer` (one cp.async group; none from a zero entry, whose first step needs no M), and N at this
+  // thread's results (rows row + 8 r, columns c0 + 8 n + 2 t, + 1) into registers; issued a step ahead.
+  float2 n[2][2], n_next[2][2];
+  auto load_step = [&](int g, int buffer, bool with_transfer, float2 (&nn)[2][2]) {
+    const int64_t carried = p.segments[g].carried;
+    if (with_transfer) {
+      const float* src = p.transfer + matrix(carried);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int i = 0; i < kCarryPieces; ++i)
+          kernels::cp_async_16(const_cast<float4*>(transfer_piece(buffer, r, i)),
+                               src + (row + 8 * r) * kDim + 16 * i + 4 * t, 16);
+    }
+    kernels::cp_async_commit();
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < kCarryPieces; ++i)
-        kernels::cp_async_16(transfer_piece(buffer, r, i), src + (row0 + 64 * r) * kDim + 16 * i + 4 * quarter, 16);
-    kernels::cp_async_commit();
-    const float4* nsrc = reinterpret_cast<const float4*>(p.local_state + matrix(p.segments[g].carried) +
-                                                         out_row * kDim + c0 + out_col);
-    nn[0] = nsrc[0], nn[1] = nsrc[1];
+      for (int nt = 0; nt < 2; ++nt)
+        nn[r][nt] = *reinterpret_cast<const float2*>(p.local_state + matrix(carried) + (row + 8 * r) * kDim + c0 +
+                                                     8 * nt + 2 * t);
   };
-  load_step(first, 0, n);
+  load_step(first, 0, !zero_entry, n);
   __syncthreads();  // the first entry state is in shared memory
 
   for (int g = first, buffer = 0; g + 1 < end; ++g, buffer ^= 1) {
     // The next M goes into the buffer the step before read (this thread's own pieces: its reads are done).
     if (g + 2 < end) {
-      load_step(g + 1, buffer ^ 1, n_next);
+      load_step(g + 1, buffer ^ 1, true, n_next);
       kernels::cp_async_wait_group<1>();
     } else {
       kernels::cp_async_wait_group<0>();
     }
-    float out[8];
+    float out[2][2][2];  // [row + 8 r][column tile n][column 2 t + j]
     if (g == first && zero_entry) {
       // M 0 + N = N (M is finite): no product.
-      out[0] = n[0].x, out[1] = n[0].y, out[2] = n[0].z, out[3] = n[0].w;
-      out[4] = n[1].x, out[5] = n[1].y, out[6] = n[1].z, out[7] = n[1].w;
-    } else {
-      const float* s_s = state_s(buffer);
-      float acc[2][kCarryColumns] = {};
-#pragma unroll
-      for (int i = 0; i < kCarryPieces; ++i) {
-        const float4 m0 = *reinterpret_cast<const float4*>(transfer_piece(buffer, 0, i));
-        const float4 m1 = *reinterpret_cast<const float4*>(transfer_piece(buffer, 1, i));
-        const float mr[2][4] = {{m0.x, m0.y, m0.z, m0.w}, {m1.x, m1.y, m1.z, m1.w}};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = 16 * i + 4 * quarter + e;
-#pragma unroll
-          for (int slot4 = 0; slot4 < kCarryColumns / 4; ++slot4) {
-            const float4 s = *reinterpret_cast<const float4*>(s_s + carry_state_index(key, slot4));
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              acc[r][4 * slot4 + 0] = fmaf(mr[r][e], s.x, acc[r][4 * slot4 + 0]);
-              acc[r][4 * slot4 + 1] = fmaf(mr[r][e], s.y, acc[r][4 * slot4 + 1]);
-              acc[r][4 * slot4 + 2] = fmaf(mr[r][e], s.z, acc[r][4 * slot4 + 2]);
-              acc[r][4 * slot4 + 3] = fmaf(mr[r][e], s.w, acc[r][4 * slot4 + 3]);
-            }
-          }
-        }
-      }
-      // The quad's sums: quarters q and q ^ 1 over the 8 columns this thread keeps (both rows), then
-      // q and q ^ 2 over the row it keeps. a + b and b + a are the same bits, so both sides agree.
-      const bool high_cols = (quarter & 1) != 0, high_row = (quarter & 2) != 0;
-      float half[2][8];
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float keep = high_cols ? acc[r][8 + j] : acc[r][j];
-          const float give = high_cols ? acc[r][j] : acc[r][8 + j];
-          half[r][j] = keep + __shfl_xor_sync(0xffffffffu, give, 1);
+        for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[r][nt].x, out[r][nt][1] = n[r][nt].y;
+    } else {
+      const float* s_s = state_s(buffer);
+      float acc[2][4] = {};  // per column tile, the m16n8 accumulator fragment
+#pragma unroll
+      for (int i = 0; i < kCarryPieces; ++i) {
+        const float4 m0 = *transfer_piece(buffer, 0, i), m1 = *transfer_piece(buffer, 1, i);
+        float4 sv[2];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          sv[nt] = *reinterpret_cast<const float4*>(s_s + (8 * nt + lane / 4) * kCarryKeyStride + 16 * i + 4 * t);
+        // k step 2 i: keys 16 i + 4 t and + 1 as the step's rows t and t + 4; k step 2 i + 1: + 2, + 3.
+        const MergeOperand<kSplit> a_even({m0.x, m1.x, m0.y, m1.y}), a_odd({m0.z, m1.z, m0.w, m1.w});
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          merge_mma(acc[nt], a_even, sv[nt].x, sv[nt].y);
+          merge_mma(acc[nt], a_odd, sv[nt].z, sv[nt].w);
         }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float keep = high_row ? half[1][j] : half[0][j];
-        const float give = high_row ? half[0][j] : half[1][j];
-        out[j] = keep + __shfl_xor_sync(0xffffffffu, give, 2);
       }
-      const float nv[8] = {n[0].x, n[0].y, n[0].z, n[0].w, n[1].x, n[1].y, n[1].z, n[1].w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) out[j] += nv[j];
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          out[r][nt][0] = acc[nt][2 * r] + n[r][nt].x, out[r][nt][1] = acc[nt][2 * r + 1] + n[r][nt].y;
     }
     // The next entry state: to the scratch, and into the other buffer for the next step (its readers,
-    // two steps back, passed the barrier below).
-    float4* dst = reinterpret_cast<float4*>(p.entry_state + matrix(g + 1) + out_row * kDim + c0 + out_col);
-    dst[0] = make_float4(out[0], out[1], out[2], out[3]);
-    dst[1] = make_float4(out[4], out[5], out[6], out[7]);
+    // a step back, passed the barrier below).
     float* next_s = state_s(buffer ^ 1);
-    *reinterpret_cast<float4*>(next_s + carry_state_index(out_row, out_col / 4)) = make_float4(out[0], out[1], out[2], out[3]);
-    *reinterpret_cast<float4*>(next_s + carry_state_index(out_row, out_col / 4 + 1)) =
-        make_float4(out[4], out[5], out[6], out[7]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int col = 8 * nt + 2 * t;
+        *reinterpret_cast<float2*>(p.entry_state + matrix(g + 1) + (row + 8 * r) * kDim + c0 + col) =
+            make_float2(out[r][nt][0], out[r][nt][1]);
+        next_s[col * kCarryKeyStride + row + 8 * r] = out[r][nt][0];
+        next_s[(col + 1) * kCarryKeyStride + row + 8 * r] = out[r][nt][1];
+      }
     __syncthreads();  // the next state is whole before any thread reads it
-    n[0] = n_next[0], n[1] = n_next[1];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) n[r][0] = n_next[r][0], n[r][1] = n_next[r][1];
   }
 }
 
