@@ -20,9 +20,9 @@ constexpr int kDim = 128;  // K == V
 // m16n8k8, tf32 operands split big + small in three products: about float32's accuracy, chunk_math.cuh),
 // warp w taking M's rows 16 w .. 16 w + 15 and both 8-column tiles. The keys of a k step are
 // permuted so that a thread's A operands are float4s of a row (keys 16 i + 4 t .. + 3 hold steps 2 i
-// and 2 i + 1) and its B operands float4s of the state stored transposed. The next step's M comes in
-// by the copy engine while this step multiplies (a bulk copy a row, counted on the buffer's
-// mbarrier): 64 KB an SM a step, which 16-byte cp.async copies took ~3.6 us to bring.
+// and 2 i + 1) and its B operands float4s of the state stored transposed. Each thread copies its own
+// pieces of the next step's M into shared memory (cp.async) while this step multiplies, and reads back
+// only what it copied, so the copies need no barrier.
 constexpr int kCarryColumns = 16;
 constexpr int kCarryThreads = 256;  // 8 warps: M's 8 row tiles
 constexpr int kCarryPieces = 8;     // float4 pieces of keys per thread and row
@@ -30,11 +30,9 @@ constexpr int kCarryPieces = 8;     // float4 pieces of keys per thread and row
 // the eight threads of a quarter warp read in eight different bank groups.
 constexpr int kCarryKeyStride = 144;
 constexpr size_t kCarryStateFloats = size_t(kCarryColumns) * kCarryKeyStride;
-// M double-buffered, rows of 144 floats (a quarter warp's float4s of rows g and g + 1 in eight bank
-// groups), then the state, double-buffered too, then the two buffers' mbarriers.
-constexpr int kCarryRowStride = 144;
-constexpr size_t kCarryTransferFloats = size_t(kDim) * kCarryRowStride;
-constexpr size_t kCarrySmemBytes = (2 * kCarryTransferFloats + 2 * kCarryStateFloats) * sizeof(float) + 2 * sizeof(uint64_t);
+constexpr size_t kCarryTransferFloats = size_t(kDim) * kDim;
+// M double-buffered ([piece][thread] float4s: a warp reads 512 contiguous bytes), then the state, too.
+constexpr size_t kCarrySmemBytes = (2 * kCarryTransferFloats + 2 * kCarryStateFloats) * sizeof(float);
 
 template <typename T>
 T* at(void* scratch, size_t offset) {
@@ -111,13 +109,11 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   const int row = 16 * (tid / 32) + lane / 4;  // this thread's rows: row and row + 8 (mma fragments)
   auto matrix = [&](int64_t index) { return (index * Hv + head) * kDim * kDim; };
   auto state_s = [&](int buffer) { return carry_smem + 2 * kCarryTransferFloats + buffer * kCarryStateFloats; };
-  uint64_t* const landed = reinterpret_cast<uint64_t*>(carry_smem + 2 * kCarryTransferFloats + 2 * kCarryStateFloats);
   // This thread's float4 piece i (keys 16 i + 4 t .. + 3) of row `row + 8 r` of the M in `buffer`.
   auto transfer_piece = [&](int buffer, int r, int i) {
     return reinterpret_cast<const float4*>(carry_smem + buffer * kCarryTransferFloats +
-                                           (row + 8 * r) * kCarryRowStride + 16 * i + 4 * t);
+                                           ((r * kCarryPieces + i) * kCarryThreads + tid) * 4);
   };
-  if (tid == 0) kernels::mbarrier_init(landed, 1), kernels::mbarrier_init(landed + 1, 1);
 
   // The entry state of the first segment: the initial state, or zero.
   const int64_t slot = p.state_indices != nullptr ? p.state_indices[seq] : seq;
@@ -130,19 +126,22 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
     p.entry_state[matrix(first) + key * kDim + c0 + col] = x;
   }
 
-  // Carried segment g: M into shared memory buffer `buffer` (warp 0 issues the rows' bulk copies; none
-  // from a zero entry, whose first step needs no M), and N at this thread's results (rows row + 8 r,
-  // columns c0 + 8 n + 2 t, + 1) into registers; issued a step ahead.
+  // Carried segment g: this thread's pieces of M (rows row, row + 8) into shared memory buffer
+  // `buffer` (one cp.async group; none from a zero entry, whose first step needs no M), and N at this
+  // thread's results (rows row + 8 r, columns c0 + 8 n + 2 t, + 1) into registers; issued a step ahead.
   float2 n[2][2], n_next[2][2];
   auto load_step = [&](int g, int buffer, bool with_transfer, float2 (&nn)[2][2]) {
     const int64_t carried = p.segments[g].carried;
-    if (with_transfer && tid < 32) {
+    if (with_transfer) {
       const float* src = p.transfer + matrix(carried);
-      if (tid == 0) kernels::mbarrier_arrive_expect_tx(landed + buffer, uint32_t(kDim * kDim * sizeof(float)));
-      for (int r = tid; r < kDim; r += 32)
-        kernels::bulk_copy_to_shared(carry_smem + buffer * kCarryTransferFloats + r * kCarryRowStride, src + r * kDim,
-                                     uint32_t(kDim * sizeof(float)), landed + buffer);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int i = 0; i < kCarryPieces; ++i)
+          kernels::cp_async_16(const_cast<float4*>(transfer_piece(buffer, r, i)),
+                               src + (row + 8 * r) * kDim + 16 * i + 4 * t, 16);
     }
+    kernels::cp_async_commit();
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -150,13 +149,17 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
         nn[r][nt] = *reinterpret_cast<const float2*>(p.local_state + matrix(carried) + (row + 8 * r) * kDim + c0 +
                                                      8 * nt + 2 * t);
   };
-  __syncthreads();  // the first entry state is in shared memory, the mbarriers initialised
   load_step(first, 0, !zero_entry, n);
+  __syncthreads();  // the first entry state is in shared memory
 
-  uint32_t parity = 0;  // bit b: the phase of buffer b's mbarrier the next wait on it waits for
   for (int g = first, buffer = 0; g + 1 < end; ++g, buffer ^= 1) {
-    // The next M goes into the buffer the step before read: every thread passed the barrier since.
-    if (g + 2 < end) load_step(g + 1, buffer ^ 1, true, n_next);
+    // The next M goes into the buffer the step before read (this thread's own pieces: its reads are done).
+    if (g + 2 < end) {
+      load_step(g + 1, buffer ^ 1, true, n_next);
+      kernels::cp_async_wait_group<1>();
+    } else {
+      kernels::cp_async_wait_group<0>();
+    }
     float out[2][2][2];  // [row + 8 r][column tile n][column 2 t + j]
     if (g == first && zero_entry) {
       // M 0 + N = N (M is finite): no product.
@@ -165,8 +168,6 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[r][nt].x, out[r][nt][1] = n[r][nt].y;
     } else {
-      kernels::mbarrier_wait(landed + buffer, (parity >> buffer) & 1u);
-      parity ^= 1u << buffer;
       const float* s_s = state_s(buffer);
       float acc[2][4] = {};  // per column tile, the m16n8 accumulator fragment
 #pragma unroll

@@ -90,26 +90,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// One arrival on `bar` that also adds `bytes` to the transaction count its phase waits for (the bulk
-// copies below count them down).
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(at), "r"(bytes) : "memory");
-}
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the copy engine (a
-// bulk copy, sm_90), counted on `bar`'s transaction count when they land.
-__device__ __forceinline__ void bulk_copy_to_shared(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(gmem_src), "r"(bytes), "r"(at)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-
 // 2^x by the hardware's approximation (relative error ~2^-22), results below 2^-126 flushed to +0
 // (2^-inf = +0). Where exp(x) = 2^(x log2 e) is wanted, this is __expf without the denormal
 // handling that the non-flushing form adds around every call (three more instructions).
