@@ -21,8 +21,9 @@ constexpr int kDim = 128;  // K == V
 // warp w taking M's rows 16 w .. 16 w + 15 and both 8-column tiles. The keys of a k step are
 // permuted so that a thread's A operands are float4s of a row (keys 16 i + 4 t .. + 3 hold steps 2 i
 // and 2 i + 1) and its B operands float4s of the state stored transposed. Each thread copies its own
-// pieces of the next step's M into shared memory (cp.async) while this step multiplies, and reads back
-// only what it copied, so the copies need no barrier.
+// pieces of M into shared memory (cp.async) two steps ahead, into a ring of three buffers, and reads
+// back only what it copied, so the copies need no barrier. A step's own work is short: one step
+// ahead, the chain waited on each copy (and the segment table's entry before it), ~3.6 us a step.
 constexpr int kCarryColumns = 16;
 constexpr int kCarryThreads = 256;  // 8 warps: M's 8 row tiles
 constexpr int kCarryPieces = 8;     // float4 pieces of keys per thread and row
@@ -31,8 +32,10 @@ constexpr int kCarryPieces = 8;     // float4 pieces of keys per thread and row
 constexpr int kCarryKeyStride = 144;
 constexpr size_t kCarryStateFloats = size_t(kCarryColumns) * kCarryKeyStride;
 constexpr size_t kCarryTransferFloats = size_t(kDim) * kDim;
-// M double-buffered ([piece][thread] float4s: a warp reads 512 contiguous bytes), then the state, too.
-constexpr size_t kCarrySmemBytes = (2 * kCarryTransferFloats + 2 * kCarryStateFloats) * sizeof(float);
+constexpr int kCarryTransferBuffers = 3;
+// M's ring ([piece][thread] float4s: a warp reads 512 contiguous bytes), then the state, double-buffered.
+constexpr size_t kCarrySmemBytes =
+    (kCarryTransferBuffers * kCarryTransferFloats + 2 * kCarryStateFloats) * sizeof(float);
 
 template <typename T>
 T* at(void* scratch, size_t offset) {
@@ -108,7 +111,9 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   const int tid = int(threadIdx.x), lane = tid % 32, t = lane % 4;
   const int row = 16 * (tid / 32) + lane / 4;  // this thread's rows: row and row + 8 (mma fragments)
   auto matrix = [&](int64_t index) { return (index * Hv + head) * kDim * kDim; };
-  auto state_s = [&](int buffer) { return carry_smem + 2 * kCarryTransferFloats + buffer * kCarryStateFloats; };
+  auto state_s = [&](int buffer) {
+    return carry_smem + kCarryTransferBuffers * kCarryTransferFloats + buffer * kCarryStateFloats;
+  };
   // This thread's float4 piece i (keys 16 i + 4 t .. + 3) of row `row + 8 r` of the M in `buffer`.
   auto transfer_piece = [&](int buffer, int r, int i) {
     return reinterpret_cast<const float4*>(carry_smem + buffer * kCarryTransferFloats +
@@ -126,11 +131,15 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
     p.entry_state[matrix(first) + key * kDim + c0 + col] = x;
   }
 
-  // Carried segment g: this thread's pieces of M (rows row, row + 8) into shared memory buffer
-  // `buffer` (one cp.async group; none from a zero entry, whose first step needs no M), and N at this
-  // thread's results (rows row + 8 r, columns c0 + 8 n + 2 t, + 1) into registers; issued a step ahead.
-  float2 n[2][2], n_next[2][2];
+  // Carried segment g: this thread's pieces of M (rows row, row + 8) into ring buffer `buffer` (one
+  // cp.async group, empty where there is no such step or where a zero entry's first step needs no M),
+  // and N at this thread's results (rows row + 8 r, columns c0 + 8 n + 2 t, + 1) into registers.
+  float2 n[3][2][2];  // N of this step and the next two
   auto load_step = [&](int g, int buffer, bool with_transfer, float2 (&nn)[2][2]) {
+    if (g + 1 >= end) {
+      kernels::cp_async_commit();
+      return;
+    }
     const int64_t carried = p.segments[g].carried;
     if (with_transfer) {
       const float* src = p.transfer + matrix(carried);
@@ -149,30 +158,27 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
         nn[r][nt] = *reinterpret_cast<const float2*>(p.local_state + matrix(carried) + (row + 8 * r) * kDim + c0 +
                                                      8 * nt + 2 * t);
   };
-  load_step(first, 0, !zero_entry, n);
+  load_step(first, 0, !zero_entry, n[0]);
+  load_step(first + 1, 1, true, n[1]);
   __syncthreads();  // the first entry state is in shared memory
 
-  for (int g = first, buffer = 0; g + 1 < end; ++g, buffer ^= 1) {
-    // The next M goes into the buffer the step before read (this thread's own pieces: its reads are done).
-    if (g + 2 < end) {
-      load_step(g + 1, buffer ^ 1, true, n_next);
-      kernels::cp_async_wait_group<1>();
-    } else {
-      kernels::cp_async_wait_group<0>();
-    }
+  for (int g = first, ring = 0, buffer = 0; g + 1 < end; ++g, ring = (ring + 1) % kCarryTransferBuffers, buffer ^= 1) {
+    // Two steps ahead, into the buffer the step before read (this thread's own pieces: its reads are done).
+    load_step(g + 2, (ring + 2) % kCarryTransferBuffers, true, n[2]);
+    kernels::cp_async_wait_group<2>();  // this step's group; the next two may still be in flight
     float out[2][2][2];  // [row + 8 r][column tile n][column 2 t + j]
     if (g == first && zero_entry) {
       // M 0 + N = N (M is finite): no product.
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[r][nt].x, out[r][nt][1] = n[r][nt].y;
+        for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[0][r][nt].x, out[r][nt][1] = n[0][r][nt].y;
     } else {
       const float* s_s = state_s(buffer);
       float acc[2][4] = {};  // per column tile, the m16n8 accumulator fragment
 #pragma unroll
       for (int i = 0; i < kCarryPieces; ++i) {
-        const float4 m0 = *transfer_piece(buffer, 0, i), m1 = *transfer_piece(buffer, 1, i);
+        const float4 m0 = *transfer_piece(ring, 0, i), m1 = *transfer_piece(ring, 1, i);
         float4 sv[2];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-          out[r][nt][0] = acc[nt][2 * r] + n[r][nt].x, out[r][nt][1] = acc[nt][2 * r + 1] + n[r][nt].y;
+          out[r][nt][0] = acc[nt][2 * r] + n[0][r][nt].x, out[r][nt][1] = acc[nt][2 * r + 1] + n[0][r][nt].y;
     }
     // The next entry state: to the scratch, and into the other buffer for the next step (its readers,
     // a step back, passed the barrier below).
@@ -206,7 +212,9 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
       }
     __syncthreads();  // the next state is whole before any thread reads it
 #pragma unroll
-    for (int r = 0; r < 2; ++r) n[r][0] = n_next[r][0], n[r][1] = n_next[r][1];
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) n[0][r][nt] = n[1][r][nt], n[1][r][nt] = n[2][r][nt];
   }
 }
 
