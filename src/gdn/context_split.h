@@ -7,8 +7,12 @@
 //      exp(g_t) (I - beta_t k_t k_tᵀ), so that the state it leaves from any entry state S is M S + N.
 //      The prefill kernel makes both: N from a zero state, M from the identity with v = 0 (as a state
 //      [K, K'] whose K' columns are value columns; the recurrence is linear in (S, v)).
-//   2. per (sequence, head), in segment order: S_{j+1} = M_j S_j + N_j, every segment's entry state.
+//   2. per (sequence, head), in segment order: S_{j+1} = M_j S_j + N_j, every segment's entry state
+//      (the carry kernel, its products on tensor cores in split tf32: about float32's accuracy).
 //   3. every segment from its entry state: the output, and from a sequence's last segment its state.
+// The plan and the three steps follow each other early (programmatic dependent launch): each launch's
+// CTAs are placed while the one ahead runs and wait only where they read its results, so step 3's
+// CTAs load and prepare their first chunks on the SMs the carry leaves free.
 // Step 1 doubles the state work of the carried segments: a split pays only when it turns idle SMs
 // into busy ones. This header is the arithmetic of the split (whether to split, L, the bounds the
 // launches are sized by, the cost model, the scratch): plain C++, so the CPU tests check it. The host
@@ -85,10 +89,12 @@ struct SplitCosts {
   double full_wave_slowdown;
   double cta_start_end_us, carry_step_us, launch_us;
 };
-// Fitted on the H200 by bench/split_cost_fit.cpp (the carry step and the launch held) to 105 timings
-// of 14 batches unsplit and split into segments of 512 .. 16384 tokens
-// (docs/benchmarks/data/gdn-split-timings-2026-12-01.txt; docs/benchmarks/gdn-sm90.md, first section).
-inline constexpr SplitCosts kH200SplitCosts{2.73, 4.90, 1.74, 2.76, 0.144, 19.5, 1.5, 2.0};
+// Fitted on the H200 by bench/split_cost_fit.cpp (the carry step and the launch held) to 85 timings
+// of 16 batches unsplit and split into segments of 512 .. 16384 tokens, q and k normalised by the
+// kernel as the engine calls it (docs/benchmarks/data/gdn-split-timings-2026-12-01-carry.txt;
+// docs/benchmarks/gdn-sm90.md, first section). The CTA start and end is what step 3's early launch
+// and the carry leave of it: most of step 3's start now overlaps the carry.
+inline constexpr SplitCosts kH200SplitCosts{3.03, 4.50, 1.77, 2.96, 0.127, 12.9, 1.5, 2.0};
 // A split must be estimated at most this fraction of the unsplit run: the model's error is less than
 // the margin.
 inline constexpr double kContextSplitGain = 0.9;
