@@ -63,7 +63,8 @@
 // the kernel twice over a plan of segments (cta_work): first the carried segments' states from zero
 // and transfer matrices from the identity with v = 0 (Launch::carried: the state alone, so no Q
 // load, no Q S, P or output products: 4.7 of a state warpgroup's 6.8 MFLOP a chunk), then, after the
-// carry kernel, every segment from its entry state (Launch::segments).
+// carry kernel, every segment from its entry state (Launch::segments: launched while the carry runs,
+// only its state warpgroups wait for it).
 //
 // FLOP per chunk and value head (tensor cores): gram 2.10 M (auxiliary), then per state warpgroup
 // K S + Q S 2.10 M, Vnew 1.57 M, output 1.05 M, state 2.10 M: 15.7 MFLOP for a whole-head CTA (17.8
