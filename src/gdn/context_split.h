@@ -94,7 +94,7 @@ struct SplitCosts {
 // kernel as the engine calls it (docs/benchmarks/data/gdn-split-timings-2026-12-01-carry.txt;
 // docs/benchmarks/gdn-sm90.md, first section). The CTA start and end is what step 3's early launch
 // and the carry leave of it: most of step 3's start now overlaps the carry.
-inline constexpr SplitCosts kH200SplitCosts{3.03, 4.50, 1.77, 2.96, 0.127, 12.9, 1.5, 2.0};
+inline constexpr SplitCosts kH200SplitCosts{3.03, 4.50, 1.77, 2.96, 0.128, 12.9, 1.5, 2.0};
 // A split must be estimated at most this fraction of the unsplit run: the model's error is less than
 // the margin.
 inline constexpr double kContextSplitGain = 0.9;
