@@ -175,10 +175,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
         for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[0][r][nt].x, out[r][nt][1] = n[0][r][nt].y;
     } else {
       const float* s_s = state_s(buffer);
-      // Twelve short chains of mma rather than two long ones: each k step's parity, column tile and
-      // split product (big x big, small x big, big x small) accumulates on its own, and the chains are
-      // summed in a fixed order after the last k step.
-      float acc[2][2][3][4] = {};  // [k step parity][column tile][product][m16n8 fragment]
+      float acc[2][4] = {};  // per column tile, the m16n8 accumulator fragment
 #pragma unroll
       for (int i = 0; i < kCarryPieces; ++i) {
         const float4 m0 = *transfer_piece(ring, 0, i), m1 = *transfer_piece(ring, 1, i);
@@ -187,34 +184,18 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
         for (int nt = 0; nt < 2; ++nt)
           sv[nt] = *reinterpret_cast<const float4*>(s_s + (8 * nt + lane / 4) * kCarryKeyStride + 16 * i + 4 * t);
         // k step 2 i: keys 16 i + 4 t and + 1 as the step's rows t and t + 4; k step 2 i + 1: + 2, + 3.
-        const MergeOperand<kSplit> a[2] = {MergeOperand<kSplit>({m0.x, m1.x, m0.y, m1.y}),
-                                           MergeOperand<kSplit>({m0.z, m1.z, m0.w, m1.w})};
+        const MergeOperand<kSplit> a_even({m0.x, m1.x, m0.y, m1.y}), a_odd({m0.z, m1.z, m0.w, m1.w});
 #pragma unroll
-        for (int parity = 0; parity < 2; ++parity)
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const float b0 = parity == 0 ? sv[nt].x : sv[nt].z, b1 = parity == 0 ? sv[nt].y : sv[nt].w;
-            uint32_t b0_big, b0_small, b1_big, b1_small;
-            split_tf32(b0, b0_big, b0_small), split_tf32(b1, b1_big, b1_small);
-            mma_tf32(acc[parity][nt][0], a[parity].big, b0_big, b1_big);
-            mma_tf32(acc[parity][nt][1], a[parity].small, b0_big, b1_big);
-            mma_tf32(acc[parity][nt][2], a[parity].big, b0_small, b1_small);
-          }
+        for (int nt = 0; nt < 2; ++nt) {
+          merge_mma(acc[nt], a_even, sv[nt].x, sv[nt].y);
+          merge_mma(acc[nt], a_odd, sv[nt].z, sv[nt].w);
+        }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int parity = 0; parity < 2; ++parity) {
-              const float(&c)[3][4] = acc[parity][nt];
-              sum += (c[1][2 * r + j] + c[2][2 * r + j]) + c[0][2 * r + j];
-            }
-            out[r][nt][j] = sum + (j == 0 ? n[0][r][nt].x : n[0][r][nt].y);
-          }
+          out[r][nt][0] = acc[nt][2 * r] + n[0][r][nt].x, out[r][nt][1] = acc[nt][2 * r + 1] + n[0][r][nt].y;
     }
     // The next entry state: to the scratch, and into the other buffer for the next step (its readers,
     // a step back, passed the barrier below).
