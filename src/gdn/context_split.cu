@@ -23,8 +23,7 @@ constexpr int kDim = 128;  // K == V
 // and 2 i + 1) and its B operands float4s of the state stored transposed. Each thread copies its own
 // pieces of M into shared memory (cp.async) two steps ahead, into a ring of three buffers, and reads
 // back only what it copied, so the copies need no barrier. A step's own work is short: one step
-// ahead, the chain waited on each copy, ~3.6 us a step; so no load of the chain waits a step later
-// than it must (the carried index is arithmetic, N's registers stay in their ring slot).
+// ahead, the chain waited on each copy (and the segment table's entry before it), ~3.6 us a step.
 constexpr int kCarryColumns = 16;
 constexpr int kCarryThreads = 256;  // 8 warps: M's 8 row tiles
 constexpr int kCarryPieces = 8;     // float4 pieces of keys per thread and row
@@ -79,6 +78,7 @@ __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, in
 }
 
 struct CarryParams {
+  const ContextSegment* segments;
   const int32_t* seq_first;
   const float* transfer;     // M [carried, Hv, K, K]
   const float* local_state;  // N [carried, Hv, K, V]
@@ -134,15 +134,13 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   // Carried segment g: this thread's pieces of M (rows row, row + 8) into ring buffer `buffer` (one
   // cp.async group, empty where there is no such step or where a zero entry's first step needs no M),
   // and N at this thread's results (rows row + 8 r, columns c0 + 8 n + 2 t, + 1) into registers.
-  // Segment g's carried index is g - seq (plan_segments_kernel numbers the carried segments in order,
-  // one fewer than the segments before each sequence): no load of the segment table ahead of the copies.
-  float2 n[3][2][2];  // N of this step and the next two, by ring slot
+  float2 n[3][2][2];  // N of this step and the next two
   auto load_step = [&](int g, int buffer, bool with_transfer, float2 (&nn)[2][2]) {
     if (g + 1 >= end) {
       kernels::cp_async_commit();
       return;
     }
-    const int64_t carried = g - seq;
+    const int64_t carried = p.segments[g].carried;
     if (with_transfer) {
       const float* src = p.transfer + matrix(carried);
 #pragma unroll
@@ -164,13 +162,9 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
   load_step(first + 1, 1, true, n[1]);
   __syncthreads();  // the first entry state is in shared memory
 
-  // Step g in ring slot `ring` (g - first modulo three, M's buffer and N's registers alike), its state
-  // in buffer `buffer`. The slot is a constant in each of the loop's three copies, so N's registers are
-  // never moved: a move would wait for the load just issued, a step early.
-  auto step = [&]<int ring>(int g, int buffer) {
-    static_assert(kCarryTransferBuffers == 3);
+  for (int g = first, ring = 0, buffer = 0; g + 1 < end; ++g, ring = (ring + 1) % kCarryTransferBuffers, buffer ^= 1) {
     // Two steps ahead, into the buffer the step before read (this thread's own pieces: its reads are done).
-    load_step(g + 2, (ring + 2) % 3, true, n[(ring + 2) % 3]);
+    load_step(g + 2, (ring + 2) % kCarryTransferBuffers, true, n[2]);
     kernels::cp_async_wait_group<2>();  // this step's group; the next two may still be in flight
     float out[2][2][2];  // [row + 8 r][column tile n][column 2 t + j]
     if (g == first && zero_entry) {
@@ -178,7 +172,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[ring][r][nt].x, out[r][nt][1] = n[ring][r][nt].y;
+        for (int nt = 0; nt < 2; ++nt) out[r][nt][0] = n[0][r][nt].x, out[r][nt][1] = n[0][r][nt].y;
     } else {
       const float* s_s = state_s(buffer);
       float acc[2][4] = {};  // per column tile, the m16n8 accumulator fragment
@@ -201,7 +195,7 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-          out[r][nt][0] = acc[nt][2 * r] + n[ring][r][nt].x, out[r][nt][1] = acc[nt][2 * r + 1] + n[ring][r][nt].y;
+          out[r][nt][0] = acc[nt][2 * r] + n[0][r][nt].x, out[r][nt][1] = acc[nt][2 * r + 1] + n[0][r][nt].y;
     }
     // The next entry state: to the scratch, and into the other buffer for the next step (its readers,
     // a step back, passed the barrier below).
@@ -217,13 +211,10 @@ __global__ void __launch_bounds__(kCarryThreads) carry_entry_states_kernel(const
         next_s[(col + 1) * kCarryKeyStride + row + 8 * r] = out[r][nt][1];
       }
     __syncthreads();  // the next state is whole before any thread reads it
-  };
-  for (int g = first; g + 1 < end; g += 3) {  // the state's buffer alternates with the step's parity
-    step.template operator()<0>(g, (g - first) & 1);
-    if (g + 2 >= end) break;
-    step.template operator()<1>(g + 1, (g + 1 - first) & 1);
-    if (g + 3 >= end) break;
-    step.template operator()<2>(g + 2, (g + 2 - first) & 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) n[0][r][nt] = n[1][r][nt], n[1][r][nt] = n[2][r][nt];
   }
 }
 
@@ -240,7 +231,8 @@ int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& la
 
 int launch_context_carry(const ContextSplitScratch& layout, void* scratch, const di_gdn_prefill_args& args,
                          di_gdn_stream stream) {
-  const CarryParams p{at<const int32_t>(scratch, layout.seq_first),
+  const CarryParams p{at<const ContextSegment>(scratch, layout.segments),
+                      at<const int32_t>(scratch, layout.seq_first),
                       at<const float>(scratch, layout.transfer),
                       at<const float>(scratch, layout.local_state),
                       at<float>(scratch, layout.entry_state),
