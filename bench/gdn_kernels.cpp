@@ -90,10 +90,11 @@ struct PrefillSet {
 // segment_tokens (sm90 only): its context split as sm90_run_split() takes it; 0 the backend's own.
 // qk_l2norm: DI_GDN_QK_L2NORM (the backend normalises q and k, as the engine calls it). unit_qk_rows:
 // q and k rows of norm 1 (what the flag's absence assumes), else N(0, 1) entries. The two go
-// together except to ask whether the flag's cost is its code or its data.
+// together except to ask whether the flag's cost is its code or its data. length_hint: the longest
+// sequence's length as max_seq_tokens (as the engine passes it), else 0.
 nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
                              cudaStream_t stream, std::mt19937_64& rng, bool once, int32_t segment_tokens,
-                             bool qk_l2norm, bool unit_qk_rows) {
+                             bool qk_l2norm, bool unit_qk_rows, bool length_hint) {
   std::vector<int32_t> cu(1, 0);
   for (int len : pc.lengths) cu.push_back(cu.back() + len);
   const int num_seqs = pc.num_seqs();
@@ -118,7 +119,8 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     s.state.fill_bytes(0);
     s.cu_seqlens = cuda::DeviceBuffer<int32_t>(std::span<const int32_t>(cu));
   }
-  const di_gdn_prefill_shape shape{geo, num_seqs, T};
+  const int64_t longest = length_hint ? *std::max_element(pc.lengths.begin(), pc.lengths.end()) : 0;
+  const di_gdn_prefill_shape shape{geo, num_seqs, T, longest};
   const bool forced_split = segment_tokens != 0 && std::string(backend.name) == "sm90";
   const size_t scratch_bytes =
       forced_split ? gdn::sm90_split_scratch_bytes(&shape, segment_tokens) : backend.scratch_bytes(&shape);
@@ -131,6 +133,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     a.state_layout = DI_GDN_STATE_KV;
     a.num_seqs = num_seqs;
     a.total_tokens = T;
+    a.max_seq_tokens = longest;
     a.scale = 1.0f / std::sqrt(float(K));
     a.flags = qk_l2norm ? uint32_t(DI_GDN_QK_L2NORM) : 0u;
     a.cu_seqlens = s.cu_seqlens.data();
@@ -157,6 +160,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
           {"shape", pc.name},
           {"segment_tokens", forced_split ? nlohmann::json(segment_tokens) : nlohmann::json("backend's choice")},
           {"qk_l2norm", qk_l2norm},
+          {"max_seq_tokens", longest},
           {"qk_rows", unit_qk_rows ? "unit" : "raw"},
           {"median_ms", t.median_ms},
           {"min_ms", t.min_ms},
@@ -309,6 +313,9 @@ int main(int argc, char** argv) {
   app.add_option("--qk-rows", qk_rows, "q and k rows: unit or raw (default: raw with --qk-l2norm, else unit)")
       ->check(CLI::IsMember({"unit", "raw"}));
   app.add_flag("--once", once, "one launch per case, no warm-up (for a profiler)");
+  bool no_length_hint = false;
+  app.add_flag("--no-length-hint", no_length_hint,
+               "pass max_seq_tokens 0 (the longest sequence not known), where the engine passes its length");
   std::vector<int> decode_batches = {1, 8, 64, 256};
   std::vector<std::string> decode_forms = {"plain"};
   bool decode_only = false;
@@ -364,7 +371,7 @@ int main(int argc, char** argv) {
           if (!e.empty()) fail("{}", e);
         }
         nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens, qk_l2norm,
-                                                      qk_rows.empty() ? !qk_l2norm : qk_rows == "unit");
+                                                      qk_rows.empty() ? !qk_l2norm : qk_rows == "unit", !no_length_hint);
         if (timeline) {
           const std::string e = gdn::sm90_timeline_attach({});
           if (!e.empty()) fail("{}", e);

@@ -5,7 +5,7 @@
 // as scripts/gdn_split_sweep.sh writes them: SEGMENT_TOKENS -1 is the batch unsplit, a positive
 // multiple of 64 a forced split, 0 the backend's own choice (shown, not fitted). Lines starting with
 // '#' are skipped; repeated timings of one run count as their mean. The model sees the batch's real
-// lengths.
+// lengths, and the policy its longest as the ABI's max_seq_tokens hint, as di_gdn_bench passes it.
 //
 // The fit minimises the sum of squared log(model / measured) by coordinate descent on the logarithms
 // of the constants (each tried a step up and down, the step halved when no constant moves).
@@ -89,14 +89,21 @@ std::vector<Timing> read_timings(const std::string& path) {
   return timings;
 }
 
+// The policy's split of a batch (segment_tokens 0: none), given its longest length as di_gdn_bench does.
+int32_t policy_segment_tokens(const Timing& t, int num_sms) {
+  int64_t total = 0;
+  for (int64_t l : t.lengths) total += l;
+  const int64_t longest = *std::max_element(t.lengths.begin(), t.lengths.end());
+  return di::gdn::choose_context_split(int(t.lengths.size()), total, longest, t.num_v_heads, num_sms).segment_tokens;
+}
+
 // The model's time for a timing at `costs` (the policy's own choice for segment_tokens 0).
 double model_us(const Timing& t, int num_sms, const SplitCosts& costs) {
   int64_t total = 0;
   for (int64_t l : t.lengths) total += l;
   const int num_seqs = int(t.lengths.size());
   int32_t segment_tokens = t.segment_tokens;
-  if (segment_tokens == 0)
-    segment_tokens = di::gdn::choose_context_split(num_seqs, total, t.num_v_heads, num_sms).segment_tokens;
+  if (segment_tokens == 0) segment_tokens = policy_segment_tokens(t, num_sms);
   di::gdn::SplitWorkload w;
   w.segment_tokens = segment_tokens > 0 ? segment_tokens : 1;
   w.num_v_heads = t.num_v_heads;
@@ -189,10 +196,7 @@ int main(int argc, char** argv) {
       const double a = model_us(t, num_sms, in_tree), b = model_us(t, num_sms, best);
       std::string split = std::to_string(t.segment_tokens);
       if (t.segment_tokens == 0) {
-        int64_t total = 0;
-        for (int64_t l : t.lengths) total += l;
-        const int32_t chosen =
-            di::gdn::choose_context_split(int(t.lengths.size()), total, t.num_v_heads, num_sms).segment_tokens;
+        const int32_t chosen = policy_segment_tokens(t, num_sms);
         split = "0=" + (chosen > 0 ? std::to_string(chosen) : std::string("none"));
       }
       std::printf("%-6s %-11s %8s %10.1f %10.1f %7.3f %10.1f %7.3f\n", t.heads.c_str(), t.shape.c_str(), split.c_str(),

@@ -21,14 +21,15 @@
 extern "C" {
 #endif
 
-#define DI_GDN_ABI_VERSION 1
+/* 2: di_gdn_prefill_shape and di_gdn_prefill_args carry max_seq_tokens. */
+#define DI_GDN_ABI_VERSION 2
 
 /* A CUDA stream (the same type as cudaStream_t) without including a CUDA header. */
 typedef struct CUstream_st* di_gdn_stream;
 
 typedef enum {
   DI_GDN_OK = 0,
-  DI_GDN_INVALID_ARGUMENT = 1, /* null pointer, negative count, wrong ABI version */
+  DI_GDN_INVALID_ARGUMENT = 1, /* null pointer, negative count, wrong ABI version, max_seq_tokens out of range */
   DI_GDN_UNSUPPORTED = 2,      /* the backend's supports() refuses this case */
   DI_GDN_LAUNCH_FAILED = 3,    /* the CUDA launch reported an error */
 } di_gdn_status;
@@ -60,11 +61,17 @@ typedef struct {
   size_t shared_memory_per_block_optin; /* bytes */
 } di_gdn_device;
 
-/* What scratch_bytes() needs to know: the size of a batch, not its data. */
+/* What scratch_bytes() needs to know: the size of a batch, not its data.
+ * max_seq_tokens is the longest sequence's length as the host knows it, or 0 when it does not: a
+ * planning hint. A backend may use it to choose how to cut the work (the sm90 backend's context split:
+ * one long sequence among short ones splits where sequences of equal length would not), never to size
+ * or place anything, so a wrong hint costs time, not correctness. scratch_bytes() and run() must be
+ * given the same value, as the plan and its scratch follow it. 0 <= max_seq_tokens <= total_tokens. */
 typedef struct {
   di_gdn_geometry geometry;
   int32_t num_seqs;
   int64_t total_tokens;
+  int64_t max_seq_tokens;
 } di_gdn_prefill_shape;
 
 /* One prefill call over a batch of variable-length sequences laid end to end.
@@ -89,7 +96,8 @@ typedef struct {
   di_gdn_state_layout state_layout;
   int32_t num_seqs;
   int64_t total_tokens;
-  float scale;    /* multiplies the output: usually K^-0.5 */
+  int64_t max_seq_tokens; /* as in di_gdn_prefill_shape, and the same value scratch_bytes() was given */
+  float scale;            /* multiplies the output: usually K^-0.5 */
   uint32_t flags; /* DI_GDN_QK_L2NORM, or 0 */
   const int32_t* cu_seqlens;
   const void* q;

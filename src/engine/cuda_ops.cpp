@@ -49,6 +49,7 @@ struct CudaOps::Stream {
 struct CudaOps::Step {
   int64_t n_tokens = 0;
   int32_t num_seqs = 0;
+  int64_t longest = 0;  // the most tokens one sequence brings: the GDN prefill's planning hint
   bool decode = false;              // every sequence brings one token onto a populated state
   std::vector<SequenceSpan> seqs;   // as planned, to check that every op sees the same plan
   Tensor metadata;                  // int32 device array holding the sections below
@@ -493,6 +494,7 @@ std::unique_ptr<CudaOps::Step> CudaOps::plan_step(const BatchPlan& plan, int32_t
     DI_CHECK(s.n_past == slot.n_cached, "batch plan: slot {} holds {} tokens but the plan says {}", s.slot,
              slot.n_cached, s.n_past);
     next_row += s.n_tokens;
+    step->longest = std::max(step->longest, s.n_tokens);
     const int64_t need = (s.n_past + s.n_tokens + options_.kv_block_size - 1) / options_.kv_block_size;
     if (attn_layers_ > 0) {
       DI_CHECK(need - int64_t(slot.blocks.size()) <= int64_t(free_blocks_.size()),
@@ -556,7 +558,7 @@ std::unique_ptr<CudaOps::Step> CudaOps::plan_step(const BatchPlan& plan, int32_t
     step->decode_workspace_bytes = attention::decode_workspace_bytes(S, Hq, D, step->decode_splits);
   }
   if (!step->decode) {  // the chunked prefill's scratch, grown to the largest step seen
-    const di_gdn_prefill_shape shape{gdn_geometry(config_), S, N};
+    const di_gdn_prefill_shape shape{gdn_geometry(config_), S, N, step->longest};
     const size_t scratch = gdn_backend_->scratch_bytes(&shape);
     if (scratch > gdn_scratch_.size()) {
       DI_CUDA_CHECK(cudaStreamSynchronize(stream_->stream));
@@ -944,6 +946,7 @@ Tensor CudaOps::gdn_delta_rule(const Tensor& qkv, const Tensor& a, const Tensor&
   args.state_layout = options_.state_layout;
   args.num_seqs = step_->num_seqs;
   args.total_tokens = N;
+  args.max_seq_tokens = step_->longest;  // the value the scratch was sized with (plan_step)
   args.scale = scale;
   // The backend normalises q and k in float32, as transformers does and as the decode step does.
   args.flags = DI_GDN_QK_L2NORM;

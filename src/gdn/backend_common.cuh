@@ -9,6 +9,8 @@
 
 #include <deltainfer/gdn.h>
 
+#include "gdn/context_split.h"
+
 namespace di::gdn {
 
 // Writes the reason (printf format, truncated to the capacity) and returns DI_GDN_UNSUPPORTED.
@@ -48,12 +50,19 @@ inline int check_geometry(const char* backend, const di_gdn_geometry& g, di_gdn_
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// The ABI's rule for max_seq_tokens (di_gdn_prefill_shape): 0 (not known), or a longest sequence the
+// batch can have.
+inline bool length_hint_ok(int32_t num_seqs, int64_t total_tokens, int64_t max_seq_tokens) {
+  return max_seq_tokens == 0 || possible_longest_sequence(num_seqs, total_tokens, max_seq_tokens);
+}
+
 // The ABI's own rules for a run() call (DI_GDN_INVALID_ARGUMENT when broken), before any CUDA call.
 inline int check_run_args(const di_gdn_prefill_args* args) {
   if (args == nullptr || args->abi_version != DI_GDN_ABI_VERSION) return DI_GDN_INVALID_ARGUMENT;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
   if (a.num_seqs < 0 || a.total_tokens < 0) return DI_GDN_INVALID_ARGUMENT;
+  if (!length_hint_ok(a.num_seqs, a.total_tokens, a.max_seq_tokens)) return DI_GDN_INVALID_ARGUMENT;
   if (g.num_k_heads <= 0 || g.num_v_heads <= 0 || g.k_dim <= 0 || g.v_dim <= 0) return DI_GDN_INVALID_ARGUMENT;
   if (a.state_layout != DI_GDN_STATE_KV && a.state_layout != DI_GDN_STATE_VK) return DI_GDN_INVALID_ARGUMENT;
   if (a.num_seqs > 0 && a.cu_seqlens == nullptr) return DI_GDN_INVALID_ARGUMENT;

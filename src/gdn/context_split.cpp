@@ -62,13 +62,16 @@ ContextSplit context_split_of(int num_seqs, int64_t total_tokens, int num_v_head
   return s;
 }
 
-ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_heads, int num_sms) {
+ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int64_t max_seq_tokens, int num_v_heads,
+                                  int num_sms) {
   if (num_seqs <= 0 || total_tokens <= 0 || num_v_heads <= 0 || num_sms <= 0) return {};
   // Batches that fill the GPU already run whole-head CTAs: a split only adds work there.
   if (whole_head_ctas(int64_t(num_seqs) * num_v_heads, num_sms)) return {};
-  // Sequences of equal length (the first takes what the division leaves).
+  // The longest sequence as the caller knows it, the others sharing the rest; without a hint (or with
+  // one no batch can have), sequences of equal length (the first takes what the division leaves).
   const int64_t share = total_tokens / num_seqs;
-  return best_split(num_seqs, total_tokens, total_tokens - share * (num_seqs - 1), num_v_heads, num_sms);
+  const int64_t first = possible_longest_sequence(num_seqs, total_tokens, max_seq_tokens) ? max_seq_tokens : total_tokens - share * (num_seqs - 1);
+  return best_split(num_seqs, total_tokens, first, num_v_heads, num_sms);
 }
 
 ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads) {

@@ -16,12 +16,12 @@
 // Step 1 doubles the state work of the carried segments: a split pays only when it turns idle SMs
 // into busy ones. This header is the arithmetic of the split (whether to split, L, the bounds the
 // launches are sized by, the cost model, the scratch): plain C++, so the CPU tests check it. The host
-// never reads cu_seqlens (device memory, no synchronisation): it picks L from the batch's size,
-// taking the sequences as equally long, a plan kernel cuts the sequences on the device into the
-// table below, and every launch is sized by what any batch of this size could need. (A batch of one
-// long sequence among short ones would pay a split that equal lengths do not; letting the plan
-// decide on the real lengths was measured and not kept: the launches a kept-whole batch still makes
-// cost it ~30 us, docs/benchmarks/gdn-sm90.md.)
+// never reads cu_seqlens (device memory, no synchronisation): it picks L from the batch's size and
+// the caller's hint of its longest sequence (max_seq_tokens of the ABI; without it, the sequences
+// taken as equally long), a plan kernel cuts the sequences on the device into the table below, and
+// every launch is sized by what any batch of this size could need, so a wrong hint costs time, never
+// memory safety or a result. (Letting the plan decide on the real lengths instead was measured and
+// not kept: the launches a kept-whole batch still makes cost it ~30 us, docs/benchmarks/gdn-sm90.md.)
 #include <cstddef>
 #include <cstdint>
 
@@ -160,10 +160,18 @@ inline int split_launches(const ContextSplit& s) {
   return 3 + int(s.carried_may_be_whole_head) + int(s.segments_may_be_whole_head);
 }
 
+// Whether a batch of num_seqs sequences and total_tokens tokens can have a longest sequence of
+// max_seq_tokens: at most the batch's tokens and at least its even share of them.
+inline bool possible_longest_sequence(int num_seqs, int64_t total_tokens, int64_t max_seq_tokens) {
+  return max_seq_tokens > 0 && max_seq_tokens <= total_tokens && max_seq_tokens * num_seqs >= total_tokens;
+}
+
 // The split the sm90 backend makes (segment_tokens 0: none): the candidate L the cost model
-// estimates fastest for sequences of equal length, when that is at most kContextSplitGain of the
-// unsplit run.
-ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int num_v_heads, int num_sms);
+// estimates fastest, when that is at most kContextSplitGain of the unsplit run. The model takes the
+// longest sequence as max_seq_tokens long and the others as sharing the rest equally; without the
+// hint (0), every sequence as equally long.
+ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int64_t max_seq_tokens, int num_v_heads,
+                                  int num_sms);
 
 ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads);
 

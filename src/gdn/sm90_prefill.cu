@@ -969,7 +969,8 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
 ContextSplit split_for(const di_gdn_prefill_shape& shape, int num_sms, int32_t segment_tokens) {
   if (segment_tokens < 0) return {};
   if (segment_tokens == 0)
-    return choose_context_split(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms);
+    return choose_context_split(shape.num_seqs, shape.total_tokens, shape.max_seq_tokens, shape.geometry.num_v_heads,
+                                num_sms);
   return context_split_of(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms, segment_tokens);
 }
 
@@ -1001,7 +1002,9 @@ int sm90_run(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size
 }  // namespace
 
 size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens) {
-  if (shape == nullptr || shape->num_seqs <= 0 || shape->total_tokens < 0) return 0;
+  if (shape == nullptr || shape->num_seqs <= 0 || shape->total_tokens < 0 ||
+      !length_hint_ok(shape->num_seqs, shape->total_tokens, shape->max_seq_tokens))
+    return 0;
   di_gdn_device info{};
   if (!current_device(info)) return 0;
   const ContextSplit split = split_for(*shape, info.num_sms, segment_tokens);
@@ -1025,7 +1028,8 @@ int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratc
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (sm90_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
-  const ContextSplit split = split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens}, info.num_sms, segment_tokens);
+  const ContextSplit split =
+      split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens, a.max_seq_tokens}, info.num_sms, segment_tokens);
   if (split.segment_tokens > 0) {
     // The scratch the split needs (what scratch_bytes() said for this shape), aligned for its vectors.
     if (scratch == nullptr || scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads).total ||

@@ -196,6 +196,7 @@ struct RunSetup {
   bool write_final = true;     // false: final_state NULL
   uint32_t flags = 0;          // di_gdn_prefill_args.flags
   int32_t segment_tokens = 0;  // sm90 only: its context split (sm90_run_split); 0 the backend's own
+  int64_t max_seq_tokens = 0;  // the longest-sequence hint, in the shape and the args alike
 };
 
 struct GpuResult {
@@ -238,6 +239,7 @@ GpuResult run_backend(const di_gdn_prefill_backend& backend, const Batch& b, con
   args.state_layout = setup.layout;
   args.num_seqs = b.num_seqs();
   args.total_tokens = b.total_tokens();
+  args.max_seq_tokens = setup.max_seq_tokens;
   args.scale = scale;
   args.flags = setup.flags;
   args.cu_seqlens = cu_seqlens.data();
@@ -249,7 +251,7 @@ GpuResult run_backend(const di_gdn_prefill_backend& backend, const Batch& b, con
   args.out = out.data();
 
   // The scratch the backend asks for, poisoned: nothing may rely on its contents.
-  const di_gdn_prefill_shape shape{b.geometry, args.num_seqs, args.total_tokens};
+  const di_gdn_prefill_shape shape{b.geometry, args.num_seqs, args.total_tokens, args.max_seq_tokens};
   const bool split = setup.segment_tokens != 0 && &backend == &gdn_sm90_backend();
   cuda::DeviceBuffer<uint8_t> scratch(split ? sm90_split_scratch_bytes(&shape, setup.segment_tokens)
                                             : backend.scratch_bytes(&shape));
@@ -630,6 +632,37 @@ TEST_F(GdnPrefillBatch, Sm90SplitsALongSequenceOfFewHeads) {
   }
 }
 
+// The longest-sequence hint plans the split and changes no result: one long sequence among short ones
+// over 2/8 heads, unsplit without the hint and split with it (on an H200-sized GPU), and a batch of
+// equal lengths given a hint that is wrong but possible (the whole batch), which splits it. Every run
+// against the oracle, each sequence from a random initial state.
+TEST_F(GdnPrefillBatch, Sm90LengthHintChangesNoResult) {
+  SCOPED_TRACE(seed_trace(seed_));
+  const di_gdn_geometry geometry{2, 8, kDim, kDim};
+  if (!sm90_runs_here(geometry)) GTEST_SKIP() << "sm90 does not run on this GPU";
+  const bool h200_sized = cuda::current_device().num_sms >= 100;
+  struct Case {
+    std::vector<int> lengths;
+    int64_t hint;
+    bool splits;  // on an H200-sized GPU
+  };
+  for (const Case& c : {Case{{5300, 600, 100}, 0, false}, Case{{5300, 600, 100}, 5300, true},
+                        Case{{2000, 2000, 2000}, 6000, true}}) {
+    SCOPED_TRACE(fmt::format("{} sequences, hint {}", c.lengths.size(), c.hint));
+    const Batch b = make_batch(geometry, c.lengths, rng_);
+    const di_gdn_prefill_shape shape{geometry, b.num_seqs(), b.total_tokens(), c.hint};
+    if (h200_sized) EXPECT_EQ(gdn_sm90_backend().scratch_bytes(&shape) > 0, c.splits);
+    const std::vector<float> initial = random_states(b.num_seqs(), geometry.num_v_heads, rng_);
+    const Reference<double> want = oracle(b, initial, kScale);
+    RunSetup setup;
+    setup.pool_slots = b.num_seqs() + 1;
+    setup.slots = permuted_slots(b.num_seqs(), setup.pool_slots);
+    setup.max_seq_tokens = c.hint;
+    const GpuResult got = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
+    expect_matches_oracle(b, want, got, setup, backend_tolerance(gdn_sm90_backend()));
+  }
+}
+
 // A split needs its scratch: run() refuses too little, or none, before it launches anything; a
 // segment length that is not a multiple of the chunk is refused too.
 TEST_F(GdnPrefillBatch, Sm90SplitRefusesMissingScratch) {
@@ -704,6 +737,10 @@ TEST(GdnPrefillAbi, InvalidArgumentsAreRefused) {
       {"abi_version + 1", [](di_gdn_prefill_args& a) { a.abi_version = DI_GDN_ABI_VERSION + 1; }},
       {"num_seqs -1", [](di_gdn_prefill_args& a) { a.num_seqs = -1; }},
       {"total_tokens -1", [](di_gdn_prefill_args& a) { a.total_tokens = -1; }},
+      {"max_seq_tokens -1", [](di_gdn_prefill_args& a) { a.max_seq_tokens = -1; }},
+      {"max_seq_tokens past total_tokens", [](di_gdn_prefill_args& a) { a.max_seq_tokens = a.total_tokens + 1; }},
+      {"max_seq_tokens under the sequences' share",
+       [](di_gdn_prefill_args& a) { a.max_seq_tokens = a.total_tokens / a.num_seqs - 1; }},
       {"num_k_heads 0", [](di_gdn_prefill_args& a) { a.geometry.num_k_heads = 0; }},
       {"num_v_heads -4", [](di_gdn_prefill_args& a) { a.geometry.num_v_heads = -4; }},
       {"state layout 7", [](di_gdn_prefill_args& a) { a.state_layout = di_gdn_state_layout(7); }},

@@ -307,7 +307,8 @@ class DiDevice(ctypes.Structure):
 
 
 class DiPrefillShape(ctypes.Structure):
-    _fields_ = [("geometry", DiGeometry), ("num_seqs", ctypes.c_int32), ("total_tokens", ctypes.c_int64)]
+    _fields_ = [("geometry", DiGeometry), ("num_seqs", ctypes.c_int32), ("total_tokens", ctypes.c_int64),
+                ("max_seq_tokens", ctypes.c_int64)]
 
 
 class DiPrefillArgs(ctypes.Structure):
@@ -317,6 +318,7 @@ class DiPrefillArgs(ctypes.Structure):
         ("state_layout", ctypes.c_int),  # di_gdn_state_layout (a C enum: int)
         ("num_seqs", ctypes.c_int32),
         ("total_tokens", ctypes.c_int64),
+        ("max_seq_tokens", ctypes.c_int64),
         ("scale", ctypes.c_float),
         ("flags", ctypes.c_uint32),
         ("cu_seqlens", ctypes.c_void_p),
@@ -343,7 +345,7 @@ class DiBackend(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("supports", DI_SUPPORTS), ("scratch_bytes", DI_SCRATCH), ("run", DI_RUN)]
 
 
-DI_ABI_VERSION = 1
+DI_ABI_VERSION = 2
 DI_OK, DI_UNSUPPORTED = 0, 2
 DI_STATE_KV, DI_STATE_VK = 0, 1
 DI_QK_L2NORM = 1
@@ -417,14 +419,15 @@ class DeltaInferKernel(Kernel):
     def __init__(self, name, backend, lib):
         self.name = f"deltainfer:{name}"
         self.backend, self.lib = backend, lib
-        self.notes = ("q/k raw with DI_GDN_QK_L2NORM; timed in the [H,K,V] layout, accuracy in both",)
+        self.notes = ("q/k raw with DI_GDN_QK_L2NORM; the longest sequence's length as max_seq_tokens (as the "
+                      "engine passes it); timed in the [H,K,V] layout, accuracy in both",)
 
     def prepare(self, shape, sets, scale, layout=DI_STATE_KV):
         device = di_device_struct()
         status, reason = di_supports(self.backend, shape.hk, shape.hv, device, layout)
         if status != DI_OK:
             raise Unavailable(f"supports() refused ({DI_STATUS.get(status, status)}): {reason}")
-        pshape = DiPrefillShape(DiGeometry(shape.hk, shape.hv, K_DIM, V_DIM), shape.n, shape.tokens)
+        pshape = DiPrefillShape(DiGeometry(shape.hk, shape.hv, K_DIM, V_DIM), shape.n, shape.tokens, max(shape.lens))
         scratch = int(self.backend.scratch_bytes(ctypes.byref(pshape)))
         return _DiPrepared(self, shape, sets, scale, layout, scratch)
 
@@ -443,7 +446,7 @@ class _DiPrepared(Prepared):
             self.bufs.append((h0, out, fin))
             self.args.append(DiPrefillArgs(
                 DI_ABI_VERSION, DiGeometry(shape.hk, shape.hv, K_DIM, V_DIM), layout, shape.n, shape.tokens,
-                scale, DI_QK_L2NORM, s["cu32"].data_ptr(), s["q"].data_ptr(), s["k"].data_ptr(), s["v"].data_ptr(),
+                max(shape.lens), scale, DI_QK_L2NORM, s["cu32"].data_ptr(), s["q"].data_ptr(), s["k"].data_ptr(), s["v"].data_ptr(),
                 s["g"].data_ptr(), s["beta"].data_ptr(), h0.data_ptr(), fin.data_ptr(), None, out.data_ptr()))
 
     def call(self, i):
@@ -1400,7 +1403,7 @@ def self_test(args):
             for name, b in backends:
                 for layout in (DI_STATE_KV, DI_STATE_VK):
                     st, reason = di_supports(b, 16, 64, dev, layout)
-                    sc = b.scratch_bytes(ctypes.byref(DiPrefillShape(DiGeometry(16, 64, 128, 128), 4, 32768)))
+                    sc = b.scratch_bytes(ctypes.byref(DiPrefillShape(DiGeometry(16, 64, 128, 128), 4, 32768, 8192)))
                     log(f"self-test: {name} layout {layout}: supports {DI_STATUS.get(st, st)} {reason!r}, "
                         f"scratch {sc} B at 16/64 4x8192")
         except OSError as exc:
