@@ -1119,6 +1119,68 @@ def best(shape_res, kernels, peer):
     return min(cands) if cands else None
 
 
+# The targets the comparison is run against (docs/benchmarks/gdn-peers.md): the sm90 backend at least
+# GOAL_SPEEDUP x the fastest peer on every shape; at least GOAL_FRACTION of the bf16 GEMM rate at
+# GOAL_RATE_SHAPE; scratch no larger than FlashInfer's at GOAL_SCRATCH_SHAPE; error statistics (max,
+# mean, p99, count past the tolerance, of output and state) no worse than FlashInfer's on every shape.
+GOAL_KERNEL = "deltainfer:sm90"
+GOAL_SPEEDUP = 1.3
+GOAL_FRACTION, GOAL_RATE_SHAPE = 0.65, "16/64@4x8192"
+GOAL_SCRATCH_SHAPE = "16/32@1x2048"
+ERROR_STATS = ("max_abs", "mean_abs", "p99_abs", "n_bad")
+
+
+def worse_errors(mine, theirs):
+    """The error statistics (tensor.stat) in which `mine` is worse than `theirs`: deltainfer's in the
+    [H,K,V] layout it is timed in, a peer's in its own."""
+    def timed_layout(rec):
+        acc = rec.get("accuracy") or {}
+        return acc.get("kv") or acc.get("native")
+    a, b = timed_layout(mine), timed_layout(theirs)
+    if not a or not b or "out" not in a or "out" not in b:
+        return None
+    return [f"{t}.{st}" for t in ("out", "state") for st in ERROR_STATS if a[t][st] > b[t][st]]
+
+
+def goal_lines(report, kernels):
+    """The report's "Goals" section: every target, per shape, met or missed and by how much."""
+    shapes = [s for s in report["shapes"] if s["results"].get(GOAL_KERNEL, {}).get("status") == "ok"]
+    if not shapes:
+        return []
+    lines = [f"## Goals ({GOAL_KERNEL})", "",
+             f"| shape | {GOAL_KERNEL} ms | fastest peer ms | speedup | >= {GOAL_SPEEDUP}x | errors vs flashinfer |",
+             "|---" * 6 + "|"]
+    met_speed = met_err = 0
+    for s in shapes:
+        mine = s["results"][GOAL_KERNEL]
+        bp = best(s, kernels, True)
+        ratio = bp[0] / mine["timing"]["median_ms"] if bp else None
+        met_speed += bool(ratio and ratio >= GOAL_SPEEDUP)
+        fi = s["results"].get("flashinfer", {})
+        worse = worse_errors(mine, fi) if fi.get("status") == "ok" else None
+        met_err += worse == []
+        err = "no flashinfer result" if worse is None else ("as good or better" if not worse else "worse: " + ", ".join(worse))
+        lines.append(f"| {s['label']} | {fmt_ms(mine['timing']['median_ms'])} | "
+                     f"{(bp[1] + ' ' + fmt_ms(bp[0])) if bp else '-'} | {f'{ratio:.2f}x' if ratio else '-'} | "
+                     f"{'-' if ratio is None else ('yes' if ratio >= GOAL_SPEEDUP else 'no')} | {err} |")
+    lines += ["", f"- speedup of at least {GOAL_SPEEDUP}x over the fastest peer: {met_speed} of {len(shapes)} shapes"]
+    lines.append(f"- error statistics no worse than FlashInfer's: {met_err} of {len(shapes)} shapes")
+    by_label = {s["label"]: s for s in shapes}
+    rate = by_label.get(GOAL_RATE_SHAPE)
+    if rate:
+        frac = rate["results"][GOAL_KERNEL]["frac_gemm_peak"]
+        lines.append(f"- {GOAL_RATE_SHAPE}: {frac:.1%} of {GEMM_PEAK_TFLOPS:.0f} TFLOP/s (goal {GOAL_FRACTION:.0%}): "
+                     f"{'met' if frac >= GOAL_FRACTION else 'missed'}")
+    sc = by_label.get(GOAL_SCRATCH_SHAPE)
+    if sc:
+        mine = (sc["results"][GOAL_KERNEL].get("scratch") or {}).get("bytes")
+        theirs = (sc["results"].get("flashinfer", {}).get("scratch") or {}).get("bytes")
+        if mine is not None and theirs is not None:
+            lines.append(f"- scratch at {GOAL_SCRATCH_SHAPE}: {mine:,} B against FlashInfer's {theirs:,} B: "
+                         f"{'met' if mine <= theirs else 'missed'}")
+    return lines + [""]
+
+
 def write_report(out_dir, report, kernels):
     with open(os.path.join(out_dir, "gdn_peers.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
@@ -1144,6 +1206,7 @@ def write_report(out_dir, report, kernels):
         lines.append(f"| {k.name} | {k.version or '-'} | {('unavailable: ' + k.static_reason) if k.static_reason else 'loaded'}"
                      f" | {'; '.join(k.notes)} |")
     lines.append("")
+    lines += goal_lines(report, kernels)
     timed = [k for k in kernels if not k.static_reason]
     by_heads = {}
     for s in report["shapes"]:
@@ -1212,6 +1275,53 @@ def print_summary(report, kernels):
             f"{(bp[1] + ' ' + fmt_ms(bp[0]) + ' ms') if bp else '-':28} "
             f"{(f'{bp[0] / bd[0]:.2f}x') if bp and bd else '-':>8}  "
             f"{'all pass' if accs and not bad else ('FAIL: ' + ','.join(sorted(set(bad))) if bad else '-')}")
+
+
+class _ReportedKernel(Kernel):
+    """A kernel as a report describes it (for --merge): name, version, availability, notes."""
+
+    def __init__(self, name, rec):
+        self.name, self.peer, self.version = name, rec["peer"], rec["version"]
+        self.static_reason, self.notes = rec["reason"], tuple(rec["notes"])
+
+
+def merge_reports(paths, out_dir):
+    """One report from the gdn_peers.json of several runs of the same build on the same machine kind
+    (the matrix split over several commands): their shapes in order, their provenance side by side."""
+    reports = []
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        if r.get("schema") != "gdn_peers/1":
+            sys.exit(f"gdn_peers: {path} is not a gdn_peers/1 report (schema {r.get('schema')!r})")
+        reports.append(r)
+    first = reports[0]
+    same = {"deltainfer library": lambda r: r["provenance"].get("deltainfer_build_info"),
+            "GPU": lambda r: r["provenance"].get("gpu", {}).get("name"),
+            "package versions": lambda r: r["provenance"].get("versions"),
+            "kernels": lambda r: sorted(r["kernels"]),
+            "FLOP convention and tolerances": lambda r: {k: r["config"][k] for k in ("flop_per_th", "tolerance")}}
+    for path, r in zip(paths[1:], reports[1:]):
+        for what, key in same.items():
+            if key(r) != key(first):
+                sys.exit(f"gdn_peers: {path} differs from {paths[0]} in its {what}: {key(r)!r} against {key(first)!r}")
+    labels = [s["label"] for r in reports for s in r["shapes"]]
+    repeated = sorted({x for x in labels if labels.count(x) > 1})
+    if repeated:
+        sys.exit(f"gdn_peers: shapes measured in more than one report: {', '.join(repeated)}")
+    merged = dict(first)
+    merged["provenance"] = dict(first["provenance"], merged_from=[
+        {"file": os.path.basename(os.path.dirname(os.path.abspath(p))) + "/" + os.path.basename(p),
+         "date_utc": r["provenance"]["date_utc"], "argv": r["provenance"].get("argv"), "elapsed_s": r.get("elapsed_s"),
+         "stopped": r.get("stopped")} for p, r in zip(paths, reports)])
+    merged["shapes"] = [s for r in reports for s in r["shapes"]]
+    merged["skipped_shapes"] = [x for r in reports for x in r.get("skipped_shapes", [])]
+    merged["stopped"] = "; ".join(r["stopped"] for r in reports if r.get("stopped")) or None
+    merged["elapsed_s"] = round(sum(r.get("elapsed_s") or 0 for r in reports), 1)
+    kernels = [_ReportedKernel(n, rec) for n, rec in first["kernels"].items()]
+    os.makedirs(out_dir, exist_ok=True)
+    write_report(out_dir, merged, kernels)
+    print_summary(merged, kernels)
 
 
 def main_run(args):
@@ -1441,6 +1551,8 @@ def main():
                     help="compile FlashInfer's SM90 GDN module into --flashinfer-workspace (no GPU needed), then exit")
     ap.add_argument("--prepare-only", action="store_true", help="load every kernel and run one small shape (JIT warm-up)")
     ap.add_argument("--dry-run", action="store_true", help="oracle, HF fallback and fake kernels at tiny shapes")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="write one report to --out from the gdn_peers.json of several runs of one build")
     ap.add_argument("--self-test", action="store_true", help="check the oracle and the ctypes mirror, then exit")
     args = ap.parse_args()
     if args.quick and args.round_target_s == 0.25:
@@ -1453,6 +1565,8 @@ def main():
         sys.exit(prebuild_flashinfer(args.flashinfer_workspace))
     if not args.out:
         ap.error("--out is required")
+    if args.merge:
+        sys.exit(merge_reports(args.merge, args.out))
     with torch.no_grad():  # forward only: no autograd records (FLA's FlashQLA check reads this too)
         main_run(args)
 
