@@ -362,17 +362,27 @@ int main(int argc, char** argv) {
         // head at most), every chunk.
         const int64_t timeline_ctas = int64_t(pc.num_seqs()) * hv * 2;
         const int timeline_chunks = int((max_len + 63) / 64);
-        cuda::DeviceBuffer<uint64_t> stamps(timeline ? size_t(timeline_ctas) * timeline_chunks *
-                                                           gdn::kTimelineGroups * gdn::kTimelineEvents
-                                                     : 0);
-        if (timeline) {
+        // A context split's launches have other CTAs (segments, two launches with output or state alone)
+        // than the slots above: its case runs without the timeline, and says so.
+        int64_t total_tokens = 0;
+        for (int len : pc.lengths) total_tokens += len;
+        const di_gdn_prefill_shape shape{geo, pc.num_seqs(), total_tokens, no_length_hint ? 0 : max_len};
+        const bool splits = timeline && gdn::sm90_split_scratch_bytes(&shape, segment_tokens) > 0;
+        const bool record = timeline && !splits;
+        if (splits)
+          std::printf("  timeline not recorded for %s: it runs as a context split (--segment-tokens -1 runs it whole)\n",
+                      mix.c_str());
+        cuda::DeviceBuffer<uint64_t> stamps(record ? size_t(timeline_ctas) * timeline_chunks *
+                                                         gdn::kTimelineGroups * gdn::kTimelineEvents
+                                                   : 0);
+        if (record) {
           stamps.fill_bytes(0);
           const std::string e = gdn::sm90_timeline_attach({stamps.data(), timeline_chunks});
           if (!e.empty()) fail("{}", e);
         }
         nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens, qk_l2norm,
                                                       qk_rows.empty() ? !qk_l2norm : qk_rows == "unit", !no_length_hint);
-        if (timeline) {
+        if (record) {
           const std::string e = gdn::sm90_timeline_attach({});
           if (!e.empty()) fail("{}", e);
           int khz = 0;
@@ -384,7 +394,7 @@ int main(int argc, char** argv) {
                     r["median_ms"].get<double>(), r["tflops"].get<double>(),
                     100 * r["fraction_of_bf16_peak"].get<double>(), r["gbytes_per_s"].get<double>(),
                     r["scratch_bytes"].get<size_t>());
-        if (timeline)
+        if (record)
           for (const auto& g : r["timeline"]["warpgroups"]) {
             std::printf("  timeline %-10s chunk %7.0f cycles (%.2f us):", g["warpgroup"].get<std::string>().c_str(),
                         g["chunk_period_cycles"].get<double>(), g["chunk_period_us"].get<double>());

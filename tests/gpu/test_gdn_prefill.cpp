@@ -407,7 +407,8 @@ TEST_F(GdnPrefillBatch, VariableLengthsMatchOracle) {
 
 // A sequence's output and final state do not depend on what else the launch holds: alone it is 32
 // (sequence, head) pairs, which sm90 runs in half-head CTAs; in a batch of four, 128 pairs, in
-// whole-head CTAs. Both must give the same bits (and so must every other backend).
+// whole-head CTAs (where the state warpgroups make P, not the auxiliary ones). Both must give the same
+// bits (and so must every other backend), with q and k normalised ahead or by the kernel.
 TEST_F(GdnPrefillBatch, ASequenceGivesTheSameBitsAloneAndBatched) {
   SCOPED_TRACE(seed_trace(seed_));
   const Batch batch = make_batch(kQwenSmall, {200, 130, 1, 65}, rng_);
@@ -424,26 +425,28 @@ TEST_F(GdnPrefillBatch, ASequenceGivesTheSameBitsAloneAndBatched) {
   alone.g = rows(batch.g, t0, t1, Hv), alone.beta = rows(batch.beta, t0, t1, Hv);
   const std::vector<float> initial = random_states(batch.num_seqs(), Hv, rng_);
   for (const di_gdn_prefill_backend* backend : backends_on_this_gpu(kQwenSmall))
-    for (di_gdn_state_layout layout : kLayouts) {
-      SCOPED_TRACE(fmt::format("backend {}, {}", backend->name, layout_str(layout)));
-      RunSetup setup;
-      setup.layout = layout;
-      setup.pool_slots = batch.num_seqs();
-      const GpuResult batched = run_backend(*backend, batch, initial, kScale, setup, stream_, rng_);
-      setup.pool_slots = 1;
-      const GpuResult single = run_backend(*backend, alone, slot_of(initial, pick, Hv), kScale, setup, stream_, rng_);
-      ASSERT_EQ(batched.status, DI_GDN_OK);
-      ASSERT_EQ(single.status, DI_GDN_OK);
-      ASSERT_TRUE(std::none_of(single.out.begin(), single.out.end(), [](float x) { return std::isnan(x); }));
-      const std::vector<float> out_in_batch = rows(batched.out, t0, t1, Hv * kDim);
-      ASSERT_EQ(out_in_batch.size(), single.out.size());
-      EXPECT_EQ(std::memcmp(out_in_batch.data(), single.out.data(), single.out.size() * sizeof(float)), 0)
-          << "the output differs alone and batched";
-      const std::vector<float> state_in_batch = slot_of(batched.pool_after, pick, Hv);
-      const std::vector<float> state_alone = slot_of(single.pool_after, 0, Hv);
-      EXPECT_EQ(std::memcmp(state_in_batch.data(), state_alone.data(), state_alone.size() * sizeof(float)), 0)
-          << "the final state differs alone and batched";
-    }
+    for (di_gdn_state_layout layout : kLayouts)
+      for (uint32_t flags : {0u, uint32_t(DI_GDN_QK_L2NORM)}) {
+        SCOPED_TRACE(fmt::format("backend {}, {}, flags {}", backend->name, layout_str(layout), flags));
+        RunSetup setup;
+        setup.layout = layout;
+        setup.flags = flags;
+        setup.pool_slots = batch.num_seqs();
+        const GpuResult batched = run_backend(*backend, batch, initial, kScale, setup, stream_, rng_);
+        setup.pool_slots = 1;
+        const GpuResult single = run_backend(*backend, alone, slot_of(initial, pick, Hv), kScale, setup, stream_, rng_);
+        ASSERT_EQ(batched.status, DI_GDN_OK);
+        ASSERT_EQ(single.status, DI_GDN_OK);
+        ASSERT_TRUE(std::none_of(single.out.begin(), single.out.end(), [](float x) { return std::isnan(x); }));
+        const std::vector<float> out_in_batch = rows(batched.out, t0, t1, Hv * kDim);
+        ASSERT_EQ(out_in_batch.size(), single.out.size());
+        EXPECT_EQ(std::memcmp(out_in_batch.data(), single.out.data(), single.out.size() * sizeof(float)), 0)
+            << "the output differs alone and batched";
+        const std::vector<float> state_in_batch = slot_of(batched.pool_after, pick, Hv);
+        const std::vector<float> state_alone = slot_of(single.pool_after, 0, Hv);
+        EXPECT_EQ(std::memcmp(state_in_batch.data(), state_alone.data(), state_alone.size() * sizeof(float)), 0)
+            << "the final state differs alone and batched";
+      }
 }
 
 // DI_GDN_QK_L2NORM: raw q and k rows of any magnitude (including all-zero rows), normalised by the
