@@ -161,12 +161,17 @@ TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
 }
 
 // Sequences of different lengths prefilled in one batch, then decoded together, give each
-// sequence's logits alone.
+// sequence's logits alone. A prompt of at most 16 tokens alone takes the small-batch kernel for its
+// projections (batched, cuBLASLt), whose float32 sums run in another order: its logits differ by the
+// rounding flips that propagate from there, as in ChunkedPrefillEqualsWholePrefill's short pieces
+// (the one-token prompt measured a mean of 0.26 with seed 2529224767 and the sm90 prefill, 0.0 with
+// others); every longer prompt takes the same kernels both ways.
 TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const ModelConfig& c = tiny().config;
   Qwen35Model model(c, tiny().weights);
   CudaOps gpu(c, tiny().weights, CudaOpsOptions{.max_slots = 8});
+  const bool sm90 = std::string(gpu.gdn_prefill_backend().name) == "sm90";
   const std::vector<int64_t> lengths = {1, 63, 64, 65, 300};
   const int64_t vocab = c.vocab_size, decode_steps = 5;
   std::vector<std::vector<int32_t>> prompts;
@@ -198,8 +203,13 @@ TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
     const std::vector<float> logits = gpu.to_host(model.forward(plan, rows, gpu));
     for (size_t s = 0; s < lengths.size(); ++s) {
       const std::vector<float> mine(logits.begin() + int64_t(s) * vocab, logits.begin() + int64_t(s + 1) * vocab);
-      EXPECT_TRUE(logits_close(mine, alone[s][size_t(step)],
-                               "sequence " + std::to_string(s) + " step " + std::to_string(step)));
+      const bool flips = lengths[s] <= kernels::SmallBatchLinearParams::kMaxRows;
+      const std::string what = "sequence " + std::to_string(s) + " step " + std::to_string(step);
+      if (flips && sm90)
+        EXPECT_TRUE(logits_close(mine, alone[s][size_t(step)], what, testing::kBf16RunLogitTensorCoreGdn,
+                                 testing::kBf16RunLogitMeanTensorCoreGdn));
+      else
+        EXPECT_TRUE(logits_close(mine, alone[s][size_t(step)], what));
     }
   }
   for (int slot : slots) gpu.free_slot(slot);

@@ -109,9 +109,11 @@
 //                                 kBf16RunLogitMean: it is what catches a wrong kernel
 //   kBf16RunLogitMeanTensorCoreGdn 0.35  kBf16RunLogitMean when one run's GDN prefill is the sm90
 //                                 kernel and the other's is not the same call (pieces of another size,
-//                                 decode steps against one prefill): measured 0.18-0.256 on the tiny
-//                                 model's last-token logits, against 0.10-0.12 with the float32
-//                                 baseline; a wrong kernel moves the mean by whole units
+//                                 decode steps against one prefill, a prompt of at most 16 tokens
+//                                 alone against batched, whose projections take other kernels):
+//                                 measured 0.18-0.256 on the tiny model's last-token logits (0.256
+//                                 also for a one-token prompt, seed 2529224767), against 0.10-0.12
+//                                 with the float32 baseline; a wrong kernel moves the mean by whole units
 //   kBf16RunLogit32 4.0 / 0.02    kBf16RunLogit for the 32-layer 4B geometry, where flips pass through
 //                                 four times the layers of random weights (measured max 3.125, GPU
 //                                 against the CPU bf16 reference after 32 tokens; 2.25 for decode
