@@ -180,12 +180,13 @@ size_t CudaOps::captured_graphs() const {
 Tensor CudaOps::run_forward(const BatchPlan& plan, const std::vector<int64_t>& rows, bool graphable,
                             const std::function<Tensor()>& forward) {
   const int batch = int(plan.seqs.size());
-  bool decode = options_.decode_graphs && graphable && int64_t(rows.size()) == batch;
+  bool decode = graphable && int64_t(rows.size()) == batch;
   for (int i = 0; decode && i < batch; ++i) {
     const SequenceSpan& s = plan.seqs[size_t(i)];
     decode = s.n_tokens == 1 && s.n_past > 0 && rows[size_t(i)] == i;
   }
-  if (!decode) return forward();
+  if (decode) ++decode_steps_, decode_batch_sizes_.insert(batch);
+  if (!decode || !options_.decode_graphs) return forward();
   const auto seen = eager_step_bytes_.find(batch);
   if (seen == eager_step_bytes_.end()) {
     // The first decode step of this size runs eagerly: it creates the GEMM plans (which cannot be
@@ -200,6 +201,7 @@ Tensor CudaOps::run_forward(const BatchPlan& plan, const std::vector<int64_t>& r
   if (it == graphs_.end()) {
     DecodeGraph& g = capture_decode_graph(batch, width, forward);
     DI_CUDA_CHECK(cudaGraphLaunch(g.exec, stream()));
+    ++graphed_steps_;
     return g.logits;
   }
   DecodeGraph& g = *it->second;
@@ -210,6 +212,7 @@ Tensor CudaOps::run_forward(const BatchPlan& plan, const std::vector<int64_t>& r
   std::memcpy(g.pinned, step->host_metadata.data(), step->host_metadata.size() * 4);
   step_ = std::move(step);
   DI_CUDA_CHECK(cudaGraphLaunch(g.exec, stream()));
+  ++graphed_steps_;
   return g.logits;
 }
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <set>
 #include <optional>
 #include <memory>
 #include <string>
@@ -59,6 +60,16 @@ class CudaOps final : public Ops {
   Tensor run_forward(const BatchPlan& plan, const std::vector<int64_t>& rows, bool graphable,
                      const std::function<Tensor()>& forward) override;
   size_t captured_graphs() const;
+  // Decode steps seen (as run_forward above defines them, graphs on or off), their distinct batch
+  // sizes, and how many ran from a graph (a capture's first launch included): with graphs on, every
+  // decode step but each batch size's first, which a caller checks to know graphs were used, not
+  // merely allowed.
+  struct DecodeStepCounts {
+    size_t steps = 0, batch_sizes = 0, graphed = 0;
+  };
+  DecodeStepCounts decode_step_counts() const {
+    return {decode_steps_, decode_batch_sizes_.size(), graphed_steps_};
+  }
 
   Tensor embed(const TensorView& table, const BatchPlan& plan) override;
   Tensor rms_norm(const Tensor& x, const TensorView& weight, double eps) override;
@@ -190,6 +201,8 @@ class CudaOps final : public Ops {
   std::unordered_map<int, size_t> eager_step_bytes_;
   std::unordered_map<int, std::shared_ptr<cuda::DeviceBuffer<uint8_t>>> graph_arenas_;
   DecodeGraph* graph_ = nullptr;  // set while capturing: new_tensor takes from its arena
+  size_t decode_steps_ = 0, graphed_steps_ = 0;
+  std::set<int> decode_batch_sizes_;
   // The residual stream as the last small-batch residual projection of the step wrote it, with its
   // rows' partial sums of squares (for the RMS norm that reads it next).
   struct ResidualSumSq {

@@ -2,12 +2,14 @@
 // requests with prompts of 1 to 8000 tokens give the greedy tokens each gives alone, with decode
 // graphs on and off and step budgets of 64, 512 and 8192 tokens. A divergence is accepted only at a
 // step where the lone run's top two logits are within twice the bf16 run-to-run tolerance
-// (kBf16RunLogit: the golden gates' margin rule). Afterwards every slot and block is free.
+// (kBf16RunLogit: the golden gates' margin rule). Afterwards every slot and block is free, and with
+// graphs on, decode steps ran from graphs (alone and in the engine); with them off, none did.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "engine/cuda_ops.h"
@@ -23,6 +25,20 @@ namespace {
 
 class EngineGpu : public testing::SeededGpuTest<std::mt19937>,
                   public ::testing::WithParamInterface<std::tuple<int64_t, bool>> {};
+
+// With graphs on, every decode step but each batch size's first (eager: it sizes the graph's arena)
+// ran from a graph; with them off, none did and none was captured. There were decode steps either way.
+void expect_graph_use(const CudaOps& ops, bool graphs, const std::string& where) {
+  const CudaOps::DecodeStepCounts c = ops.decode_step_counts();
+  EXPECT_GT(c.steps, 0u) << where << ": no decode step";
+  if (graphs) {
+    EXPECT_EQ(c.graphed, c.steps - c.batch_sizes) << where << ": decode steps that ran eagerly with graphs on";
+    EXPECT_GT(ops.captured_graphs(), 0u) << where;
+  } else {
+    EXPECT_EQ(c.graphed, 0u) << where;
+    EXPECT_EQ(ops.captured_graphs(), 0u) << where;
+  }
+}
 
 TEST_P(EngineGpu, SixtyFourConcurrentRequestsGiveTheirAloneGreedyTokens) {
   const auto [budget, graphs] = GetParam();
@@ -49,6 +65,7 @@ TEST_P(EngineGpu, SixtyFourConcurrentRequestsGiveTheirAloneGreedyTokens) {
     CudaOps ops(c, testing::tiny_model().weights,
                 CudaOpsOptions{.max_slots = 1, .kv_cache_tokens = 8192 + 64, .decode_graphs = graphs});
     for (const GenerationRequest& g : requests) alone.push_back(testing::greedy_alone(model, ops, g.prompt, g.max_tokens));
+    expect_graph_use(ops, graphs, "alone");
   }
 
   const int64_t blocks = (total + 64 * 64) / 64;  // room for all at once, and a block of slack each
@@ -77,9 +94,13 @@ TEST_P(EngineGpu, SixtyFourConcurrentRequestsGiveTheirAloneGreedyTokens) {
     diverged += div;
     equal += !div;
   }
-  std::printf("[ engine ] budget %lld, %s: %d of 64 requests equal to alone, %d diverged at a low margin; %lld steps\n",
+  const CudaOps::DecodeStepCounts counts = ops.decode_step_counts();
+  std::printf("[ engine ] budget %lld, %s: %d of 64 requests equal to alone, %d diverged at a low margin; %lld steps, "
+              "%zu of them decode steps of %zu batch sizes, %zu from graphs (%zu captured)\n",
               static_cast<long long>(budget), graphs ? "graphs" : "eager", equal, diverged,
-              static_cast<long long>(engine.stats().steps));
+              static_cast<long long>(engine.stats().steps), counts.steps, counts.batch_sizes, counts.graphed,
+              ops.captured_graphs());
+  expect_graph_use(ops, graphs, "in the engine");
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.free_slots, s.total_slots);
   EXPECT_EQ(s.free_kv_blocks, s.total_kv_blocks);
