@@ -3,20 +3,21 @@
 #   B is the working tree; A is the working tree with the overlay of scripts/gdn_ab_overlay.sh laid
 #   over it (the src/ files of another revision). Both are built (di_gdn_bench; B also di_gpu_tests),
 #   the tests matching TESTS run on B, then di_gdn_bench runs interleaved A B B A for every case, and
-#   B's benches are skipped when its tests fail. Options: --timeline (a third build of B configured
+#   B's benches are skipped when its tests fail (--bench-on-failure runs them anyway, for a variant whose
+#   timing says whether it is worth fixing; the round still exits non-zero). Options: --timeline (a third build of B configured
 #   with -DDI_SM90_TIMELINE=ON, its stage timeline per case), --profile HEADS:SHAPE (Nsight Compute on
 #   one launch of B's kernel, or of A's when B's tests fail), --backend NAME (default sm90),
 #   --normalised-qk (q and k normalised ahead, as the lab ran before --qk-l2norm existed; by default
 #   the benches pass --qk-l2norm: raw q and k with DI_GDN_QK_L2NORM, as the engine calls the backend).
 #   Logs in LOG_DIR; a table of the means, A against B, printed last.
 # usage: DI_SOURCE_COMMIT=<sha> scripts/gdn_ab_round.sh --a-overlay DIR [--tests FILTER] [--cases LIST]
-#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] [--normalised-qk] LOG_DIR
+#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] [--normalised-qk] [--bench-on-failure] LOG_DIR
 #        FILTER: a gtest filter (default: the GDN prefill, state-layout, inverse and model tests);
 #        LIST: cases HEADS[:SHAPE] separated by spaces (default "16/32 16/64:4x8192 2/8").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 overlay="" filter='*GdnPrefill*:*GdnStateLayout*:*GdnLayoutEquivalence*:*GdnDiagnostic*:*ChunkInverse*:GpuModel.*'
-cases="16/32 16/64:4x8192 2/8" timeline=0 profile="" backend=sm90 logs="" qk_flag=--qk-l2norm
+cases="16/32 16/64:4x8192 2/8" timeline=0 profile="" backend=sm90 logs="" qk_flag=--qk-l2norm bench_on_failure=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --a-overlay) overlay=$2; shift 2 ;;
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --profile) profile=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
     --normalised-qk) qk_flag=""; shift ;;
+    --bench-on-failure) bench_on_failure=1; shift ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) logs=$1; shift ;;
   esac
@@ -56,7 +58,9 @@ tests_rc=$?
 echo "tests on B: rc $tests_rc, $(grep -E '^\[  PASSED|^\[  FAILED' "$logs/tests.log" | tr '\n' ' ')"
 grep -E '^\[  FAILED' "$logs/tests.log" | head -10
 order="A B B A"
-[ $tests_rc -ne 0 ] && order="A"
+if [ $tests_rc -ne 0 ]; then
+  if [ $bench_on_failure -eq 1 ]; then echo "B's tests failed: its benches run anyway (--bench-on-failure)"; else order="A"; fi
+fi
 for side in $order; do
   bin=${builds[1]}/bench/di_gdn_bench
   [ "$side" = B ] && bin=build-gpu/bench/di_gdn_bench
@@ -67,7 +71,7 @@ for side in $order; do
       echo "bench $side $c: rc $?"
   done
 done
-if [ $timeline -eq 1 ] && [ $rt -eq 0 ] && [ $tests_rc -eq 0 ]; then
+if [ $timeline -eq 1 ] && [ $rt -eq 0 ] && { [ $tests_rc -eq 0 ] || [ $bench_on_failure -eq 1 ]; }; then
   for c in $cases; do
     heads=${c%%:*} shape=""
     [[ "$c" == *:* ]] && shape="--shape ${c#*:}"
