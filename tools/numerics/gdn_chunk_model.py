@@ -104,6 +104,8 @@ def vnew_product(x, t_inv, form):
         return to_bf16(t_inv) @ (xh + xl)
     if form == "single bf16":
         return to_bf16(t_inv) @ to_bf16(x)
+    if form == "single fp16":
+        return to_f16(t_inv) @ to_f16(x)
     raise ValueError(form)
 
 
@@ -183,6 +185,11 @@ CONFIGURATIONS = {
     "output in fp16, W single": dict(vnew="bf16 hi+lo, three products", output="fp16 P and Vnew, one product",
                                      state="single bf16"),
     "every operand single bf16": dict(vnew="single bf16", output="single bf16", state="single bf16"),
+    # FlashInfer's count of products (32 m64n64k16 steps a state warpgroup and chunk, sm90's 52): one product
+    # each, fp16 where the kernel makes both operands (Tinv and X; P and Vnew), W single bf16 (its other
+    # operand is the bf16 K).
+    "one product each, fp16 where both made": dict(vnew="single fp16", output="fp16 P and Vnew, one product",
+                                                   state="single bf16", inverse="tf32 merges"),
     "gate-free Tinv0 in f32, gated after": dict(vnew="bf16 hi+lo, three products",
                                                 output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
                                                 inverse="gate-free, f32"),
