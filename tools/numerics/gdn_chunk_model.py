@@ -190,6 +190,8 @@ CONFIGURATIONS = {
     # operand is the bf16 K).
     "one product each, fp16 where both made": dict(vnew="single fp16", output="fp16 P and Vnew, one product",
                                                    state="single bf16", inverse="tf32 merges"),
+    "the same with W as a hi + lo pair": dict(vnew="single fp16", output="fp16 P and Vnew, one product",
+                                              state="bf16 hi+lo", inverse="tf32 merges"),
     "gate-free Tinv0 in f32, gated after": dict(vnew="bf16 hi+lo, three products",
                                                 output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
                                                 inverse="gate-free, f32"),
