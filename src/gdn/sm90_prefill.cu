@@ -17,11 +17,11 @@
 // when that leaves more than half the SMs idle, one CTA of one state warpgroup and two auxiliary ones
 // owns each half of the value columns (Config below).
 //   The auxiliary warpgroups (the last) run ahead of the state warpgroups. For a chunk, one computes
-//   the gates, the Gram products Q Kᵀ and K Kᵀ (wgmma) and beside them the inverse norms, P, L', the inverse of
-//   (I + L') in f32 (its diagonal 16 x 16 blocks by forward substitution, the merges on tensor cores,
-//   one tf32 product each: chunk_math.cuh) and Tinv as bf16 hi + lo operands,
-//   into one of three stages, and signals the stage full (named barriers; it waits for the stage to
-//   be empty first). Two auxiliary warpgroups take the chunks in turn, each in its own stage: the
+//   the gates, the Gram products Q Kᵀ and K Kᵀ (wgmma; issued before the gates in a whole-head CTA)
+//   and beside them the inverse norms, P, L', the inverse of (I + L') in f32 (its diagonal 16 x 16
+//   blocks by forward substitution, the merges on tensor cores, one tf32 product each:
+//   chunk_math.cuh) and Tinv as bf16 hi + lo operands, into one of three stages, and signals the
+//   stage full (named barriers; it waits for the stage to be empty first). Two auxiliary warpgroups take the chunks in turn, each in its own stage: the
 //   auxiliary work is the longer side of a chunk (docs/benchmarks/gdn-sm90.md), and a whole-head CTA
 //   has no registers for a second one. In a whole-head CTA the stage serves both value halves.
 //   Each state warpgroup keeps a slice of the state, transposed: Sᵀ for its value columns (64 w ..
@@ -381,25 +381,35 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   using AuxSync = AuxGroupSync<C>;
   float* const inv_s = st.inv;
   const wg::Fragment frag(t);
+  // In a whole-head CTA, where this warpgroup is the chunk's critical path, the Gram products go
+  // out before the gates, as they need only the tiles: they queue for the tensor cores behind the
+  // state warpgroups' products, and the gates are made while they wait (0.5-1.5% off the whole-head
+  // shapes; 1.7% onto a half-head one, which keeps the order: docs/benchmarks/gdn-sm90.md).
+  constexpr bool kGramFirst = C::kGroups == 2;
+  // Without DI_GDN_QK_L2NORM the rows are taken as normalised: 1 / |q| = 1 / |k| = 1.
+  const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
+  const auto make_gates = [&] {
+    if (t < 32)
+      chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
+                  st.beta, st.exp_G, st.tail);
+    if (!normalize_qk) {
+      if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
+      if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
+    }
+  };
   if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
     if (!kStateOnly) zero_rows_past(st.q, kHeadDim / 8, len, t);
     zero_rows_past(st.k, kHeadDim / 8, len, t);
     zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
+    if constexpr (kGramFirst) wg::fence_async_shared();  // the zeroed rows, before wgmma reads them
     AuxSync::sync();
   }
-  if (t < 32)
-    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
-                st.beta, st.exp_G, st.tail);
-
-  // Without DI_GDN_QK_L2NORM the rows are taken as normalised: 1 / |q| = 1 / |k| = 1.
-  const bool normalize_qk = (args.flags & DI_GDN_QK_L2NORM) != 0;
-  if (!normalize_qk) {
-    if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
-    if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
+  if constexpr (!kGramFirst) {
+    make_gates();
+    wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
+    AuxSync::sync();
+    stamp(t == 0, kTimelineAuxGroup, chunk, 3);
   }
-  wg::fence_async_shared();  // the zeroed rows and the gates, before wgmma reads the stage
-  AuxSync::sync();
-  stamp(t == 0, kTimelineAuxGroup, chunk, 3);
 
   // Gram: Q Kᵀ and K Kᵀ; P as a bf16 operand [i][j], L' in f32 for the inverse.
   {
@@ -410,6 +420,10 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     if (!kStateOnly) wg::mma<kHeadDim>(qk, q_op, k_op, false);
     wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
+    if constexpr (kGramFirst) {
+      make_gates();
+      stamp(t == 0, kTimelineAuxGroup, chunk, 3);
+    }
     // The thread's rows row0 and row0 + 8: 1 / |q| and 1 / |k|, both found without a barrier while
     // the products run. |q_r|^2 is summed on the CUDA cores by the warp that holds row r: lane l
     // takes row 16 w + l % 16, pieces 8 (l / 16) .. + 7 (a quarter warp's loads are 8 rows of one
@@ -459,6 +473,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
         if (frag.lane % 4 == 0) st.k_inv[frag.row0 + 8 * h] = k_inv_row[h];  // for the state warpgroups
       }
     }
+    if constexpr (kGramFirst) AuxSync::sync();  // warp 0's gates, before every warp reads them for P and L
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
     // With N = diag(1 / |k|), L = diag(beta) N A N for A = Gamma ⊙ K Kᵀ (strictly lower), and
     // (I + L)^-1 = N^-1 (I + L')^-1 N with L' = diag(beta / |k|^2) A: row factors alone. The state

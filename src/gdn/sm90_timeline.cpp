@@ -9,8 +9,8 @@ namespace di::gdn {
 std::string sm90_timeline_event(int group, int event) {
   static const char* const kState[kTimelineEvents] = {"start", "stage full", "K S, Q S", "X", "Vnew",
                                                       "state, output", "barrier", "output stored", "", ""};
-  static const char* const kAux[kTimelineEvents] = {"start",      "stage empty",   "inputs landed", "norms, gates",
-                                                    "Gram",       "P, L",          "inverse diagonal",
+  static const char* const kAux[kTimelineEvents] = {"start",      "stage empty",   "inputs landed", "gates",
+                                                    "Gram, norms", "P, L",         "inverse diagonal",
                                                     "merge 16",   "merge 32",      "Tinv"};
   if (group < 0 || group >= kTimelineGroups || event < 0 || event >= kTimelineEvents) return "";
   return (group == kTimelineAuxGroup ? kAux : kState)[event];

@@ -29,9 +29,10 @@ struct Sm90Timeline {
 // The events, in the order each warpgroup passes them within a chunk (empty: no such event).
 // State warpgroups: 0 start, 1 the stage is full, 2 (K S), (Q S) done, 3 X made, 4 Vnew done, 5 the
 // state and output products done, 6 the warpgroups past their barrier, 7 the output stored.
-// Auxiliary: 0 start, 1 the stage is empty, 2 the inputs landed, 3 the norms and gates, 4 the Gram
-// products, 5 P and L (the decays), 6 the inverse's diagonal blocks, 7 its 16 -> 32 merges, 8 its
-// 32 -> 64 merge, 9 Tinv converted.
+// Auxiliary: 0 start, 1 the stage is empty, 2 the inputs landed, 3 the gates (in a whole-head CTA
+// the Gram products are issued before them), 4 the Gram products and the q and k norms, 5 P and L
+// (the decays), 6 the inverse's diagonal blocks, 7 its 16 -> 32 merges, 8 its 32 -> 64 merge, 9 Tinv
+// converted.
 std::string sm90_timeline_event(int group, int event);
 
 // A recorded timeline summarised over the chunks away from each sequence's ends (chunks 2 .. n - 3):
