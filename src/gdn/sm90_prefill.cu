@@ -113,6 +113,22 @@ __device__ __forceinline__ void stamp(bool leader, int group, int chunk, int eve
 #endif
 }
 
+// Which of the state warpgroups' own operands go to the tensor cores as bf16 hi + lo pairs (two
+// products each) rather than as one bf16: X and Tinv (of Vnew = Tinv X), Vnew (of the output, against
+// P) and W (of the state update, against K). All four by default: 52 m64n64k16 steps a chunk and
+// state warpgroup. The CMake setting DI_SM90_OPERAND_SPLITS builds the others for measurement: X and
+// W (44 steps) or none (32, FlashInfer's count); each trades the state's accuracy for speed
+// (docs/benchmarks/gdn-sm90.md, first section) and exceeds the tests' tolerances somewhere.
+struct OperandSplits {
+  bool x, tinv, vnew_out, w;
+};
+#ifndef DI_GDN_SM90_SPLITS
+#define DI_GDN_SM90_SPLITS 0
+#endif
+static_assert(DI_GDN_SM90_SPLITS >= 0 && DI_GDN_SM90_SPLITS <= 2, "0: all, 1: X and W, 2: none");
+constexpr OperandSplits kSplits = DI_GDN_SM90_SPLITS == 0   ? OperandSplits{true, true, true, true}
+                                  : DI_GDN_SM90_SPLITS == 1 ? OperandSplits{true, false, false, true}
+                                                            : OperandSplits{false, false, false, false};
 constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
 constexpr int kTileV = 64;             // value columns per state warpgroup
@@ -567,7 +583,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
       kernels::split_bf16x2(x[e][1].x, x[e][1].y, hi[2], lo[2]), kernels::split_bf16x2(x[e][1].z, x[e][1].w, hi[3], lo[3]);
       const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
       *reinterpret_cast<uint4*>(st.t_hi + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *reinterpret_cast<uint4*>(st.t_lo + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      if constexpr (kSplits.tinv) *reinterpret_cast<uint4*>(st.t_lo + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
   }
   wg::fence_async_shared();
@@ -778,7 +794,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     // per-token factors now per column; Vᵀ's pairs come from the V tile by ldmatrix.trans. The output
     // starts as (scale D diag(1/|q|) Q S)ᵀ. X' is split into bf16 hi + lo pairs, the A operands of
     // Vnew'ᵀ = X'ᵀ Tinv'ᵀ.
-    uint32_t x_hi[16], x_lo[16];
+    uint32_t x_hi[16], x_lo[16];  // x_lo unused without the X split
     {
       uint32_t v_pairs[16];
       frag.load_pairs_transposed_pieces(st.v + w * kVBytes, kChunk, v_pairs);
@@ -797,7 +813,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
         }
       }
       pack_pairs(ks, x_hi);
-      low_pairs(ks, x_lo);
+      if constexpr (kSplits.x) low_pairs(ks, x_lo);
     }
     stamp(tid == 0, w, chunk, 3);
 
@@ -808,8 +824,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     const auto t_hi = wg::k_major(st.t_hi, kChunk), t_lo = wg::k_major(st.t_lo, kChunk);
     wg::wgmma_fence();
     wg::mma_rs<kChunk>(vnew, x_hi, t_hi, false);
-    wg::mma_rs<kChunk>(vnew, x_hi, t_lo, true);
-    wg::mma_rs<kChunk>(vnew, x_lo, t_hi, true);
+    if constexpr (kSplits.tinv) wg::mma_rs<kChunk>(vnew, x_hi, t_lo, true);
+    if constexpr (kSplits.x) wg::mma_rs<kChunk>(vnew, x_lo, t_hi, true);
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
     wg::fence_registers(vnew);
@@ -819,7 +835,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     // lo pairs (A of the state's).
     uint32_t vnew_hi[16], vnew_lo[16], w_hi[16], w_lo[16];
     pack_pairs(vnew, vnew_hi);
-    low_pairs(vnew, vnew_lo);
+    if constexpr (kSplits.vnew_out) low_pairs(vnew, vnew_lo);
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
       const int c = frag.col(i);
@@ -827,7 +843,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       vnew[i] *= tl.x, vnew[i + 1] *= tl.y;  // vnew becomes Wᵀ
     }
     pack_pairs(vnew, w_hi);
-    low_pairs(vnew, w_lo);
+    if constexpr (kSplits.w) low_pairs(vnew, w_lo);
 
     // ---- Oᵀ += Vnewᵀ Pᵀ (P's [i][j] tile is the K-major B operand); Sᵀ = exp(G_last) Sᵀ + Wᵀ K, K read
     // from the slot's tile as the MN-major B operand (keys 64 .. 127 from column 64 on).
@@ -842,11 +858,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     wg::wgmma_fence();
     wg::mma_rs<kChunk>(state[0], w_hi, k_keys_lo, true);
     wg::mma_rs<kChunk>(state[1], w_hi, k_keys_hi, true);
-    wg::mma_rs<kChunk>(state[0], w_lo, k_keys_lo, true);
-    wg::mma_rs<kChunk>(state[1], w_lo, k_keys_hi, true);
+    if constexpr (kSplits.w) {
+      wg::mma_rs<kChunk>(state[0], w_lo, k_keys_lo, true);
+      wg::mma_rs<kChunk>(state[1], w_lo, k_keys_hi, true);
+    }
     if (!kStateOnly) {
       wg::mma_rs<kChunk>(qs, vnew_hi, p_op, true);
-      wg::mma_rs<kChunk>(qs, vnew_lo, p_op, true);
+      if constexpr (kSplits.vnew_out) wg::mma_rs<kChunk>(qs, vnew_lo, p_op, true);
     }
     wg::wgmma_commit();
     wg::wgmma_wait<0>();
