@@ -8,16 +8,20 @@
 #   with -DDI_SM90_TIMELINE=ON, its stage timeline per case), --profile HEADS:SHAPE (Nsight Compute on
 #   one launch of B's kernel, or of A's when B's tests fail), --backend NAME (default sm90),
 #   --normalised-qk (q and k normalised ahead, as the lab ran before --qk-l2norm existed; by default
-#   the benches pass --qk-l2norm: raw q and k with DI_GDN_QK_L2NORM, as the engine calls the backend).
+#   the benches pass --qk-l2norm: raw q and k with DI_GDN_QK_L2NORM, as the engine calls the backend),
+#   --b-cmake ARG (one more CMake argument for B's builds, e.g. -DDI_SM90_OPERAND_SPLITS=none: a build
+#   setting measured against the tree without it).
 #   Logs in LOG_DIR; a table of the means, A against B, printed last.
 # usage: DI_SOURCE_COMMIT=<sha> scripts/gdn_ab_round.sh --a-overlay DIR [--tests FILTER] [--cases LIST]
-#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] [--normalised-qk] [--bench-on-failure] LOG_DIR
+#          [--timeline] [--profile HEADS:SHAPE] [--backend NAME] [--normalised-qk] [--bench-on-failure]
+#          [--b-cmake ARG] LOG_DIR
 #        FILTER: a gtest filter (default: the GDN prefill, state-layout, inverse and model tests);
 #        LIST: cases HEADS[:SHAPE] separated by spaces (default "16/32 16/64:4x8192 2/8").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 overlay="" filter='*GdnPrefill*:*GdnStateLayout*:*GdnLayoutEquivalence*:*GdnDiagnostic*:*ChunkInverse*:GpuModel.*'
 cases="16/32 16/64:4x8192 2/8" timeline=0 profile="" backend=sm90 logs="" qk_flag=--qk-l2norm bench_on_failure=0
+b_cmake=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --a-overlay) overlay=$2; shift 2 ;;
@@ -28,6 +32,7 @@ while [ $# -gt 0 ]; do
     --backend) backend=$2; shift 2 ;;
     --normalised-qk) qk_flag=""; shift ;;
     --bench-on-failure) bench_on_failure=1; shift ;;
+    --b-cmake) b_cmake+=("$2"); shift 2 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) logs=$1; shift ;;
   esac
@@ -39,9 +44,9 @@ tree_a=$DI_AB_TREE_A
 
 # The trees and their builds, side by side.
 builds=("build-gpu" "/tmp/deltainfer-ab-a-build")
-configure_gpu_build . build-gpu -DCMAKE_CUDA_FLAGS=-lineinfo >"$logs/configure-B.log" 2>&1 &
+configure_gpu_build . build-gpu -DCMAKE_CUDA_FLAGS=-lineinfo "${b_cmake[@]}" >"$logs/configure-B.log" 2>&1 &
 configure_gpu_build "$tree_a" "${builds[1]}" -DCMAKE_CUDA_FLAGS=-lineinfo >"$logs/configure-A.log" 2>&1 &
-[ $timeline -eq 1 ] && configure_gpu_build . /tmp/deltainfer-ab-timeline -DDI_SM90_TIMELINE=ON >"$logs/configure-T.log" 2>&1 &
+[ $timeline -eq 1 ] && configure_gpu_build . /tmp/deltainfer-ab-timeline -DDI_SM90_TIMELINE=ON "${b_cmake[@]}" >"$logs/configure-T.log" 2>&1 &
 wait
 jobs_each=$(( $(nproc) / (2 + timeline) ))
 cmake --build build-gpu --target di_gpu_tests di_gdn_bench -j $jobs_each >"$logs/build-B.log" 2>&1 & pb=$!
