@@ -116,19 +116,21 @@ __device__ __forceinline__ void stamp(bool leader, int group, int chunk, int eve
 // Which of the state warpgroups' own operands go to the tensor cores as bf16 hi + lo pairs (two
 // products each) rather than as one bf16: X and Tinv (of Vnew = Tinv X), Vnew (of the output, against
 // P) and W (of the state update, against K). All four by default: 52 m64n64k16 steps a chunk and
-// state warpgroup. The CMake setting DI_SM90_OPERAND_SPLITS builds the others for measurement: X and
-// W (44 steps) or none (32, FlashInfer's count); each trades the state's accuracy for speed
-// (docs/benchmarks/gdn-sm90.md, first section) and exceeds the tests' tolerances somewhere.
+// state warpgroup. The CMake setting DI_SM90_OPERAND_SPLITS builds the others for measurement: all
+// but the output's Vnew (48 steps; the state's error as with all), X and W (44) or none (32,
+// FlashInfer's count); the last two trade the state's accuracy for speed and exceeded the tests'
+// tolerances somewhere (docs/benchmarks/gdn-sm90.md, first section).
 struct OperandSplits {
   bool x, tinv, vnew_out, w;
 };
 #ifndef DI_GDN_SM90_SPLITS
 #define DI_GDN_SM90_SPLITS 0
 #endif
-static_assert(DI_GDN_SM90_SPLITS >= 0 && DI_GDN_SM90_SPLITS <= 2, "0: all, 1: X and W, 2: none");
+static_assert(DI_GDN_SM90_SPLITS >= 0 && DI_GDN_SM90_SPLITS <= 3, "0: all, 1: X and W, 2: none, 3: all but Vnew's");
 constexpr OperandSplits kSplits = DI_GDN_SM90_SPLITS == 0   ? OperandSplits{true, true, true, true}
                                   : DI_GDN_SM90_SPLITS == 1 ? OperandSplits{true, false, false, true}
-                                                            : OperandSplits{false, false, false, false};
+                                  : DI_GDN_SM90_SPLITS == 2 ? OperandSplits{false, false, false, false}
+                                                            : OperandSplits{true, true, false, true};
 constexpr int kChunk = kGdnChunk;      // C
 constexpr int kHeadDim = 128;          // K == V
 constexpr int kTileV = 64;             // value columns per state warpgroup
