@@ -2,7 +2,8 @@
 //   - every named intermediate of a forward pass, GPU against the CPU reference in bf16;
 //   - a 3000-token prompt prefilled in pieces of 1, 63, 64, 65 and 512 tokens against one piece
 //     (the logits, and the conv and recurrent state of every GDN layer);
-//   - sequences batched together (prefill, then decode) against each run alone;
+//   - sequences batched together (prefill, then decode) against each run alone, in both of the sm90
+//     GDN kernel's CTA shapes;
 //   - the 4b-geometry preset, all 32 layers, prefilling 2048 tokens and decoding 128.
 // The GPU runs bf16 activations; two bf16 runs that sum in different orders (chunking, GEMM
 // blocking) differ by rounding flips that spread through the layers, so whole-model comparisons use
@@ -17,8 +18,10 @@
 #include <map>
 #include <numeric>
 
+#include "core/cuda.h"
 #include "engine/cuda_ops.h"
 #include "engine/sequence.h"
+#include "gdn/context_split.h"
 #include "gpu/gpu_test.h"
 #include "kernels/gemm/small_batch_linear.h"
 #include "model/tiny_model.h"
@@ -166,16 +169,19 @@ TEST_F(GpuModel, ChunkedPrefillEqualsWholePrefill) {
 // rounding flips that propagate from there, as in ChunkedPrefillEqualsWholePrefill's short pieces
 // (the one-token prompt measured a mean of 0.26 with seed 2529224767 and the sm90 prefill, 0.0 with
 // others); every longer prompt takes the same kernels both ways.
-TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
-  SCOPED_TRACE(testing::seed_trace(seed_));
-  const ModelConfig& c = tiny().config;
-  Qwen35Model model(c, tiny().weights);
-  CudaOps gpu(c, tiny().weights, CudaOpsOptions{.max_slots = 8});
+// Sequences of `lengths` tokens, each prefilled and decoded alone, against one prefill step of all
+// of them and decode steps of all together: the logits of every sequence at every step. With
+// `sm90_only`, a GPU whose production GDN prefill backend is another skips the test.
+void expect_batched_equal_alone(const LoadedModel& m, const std::vector<int64_t>& lengths, std::mt19937_64& rng,
+                                bool sm90_only = false) {
+  const ModelConfig& c = m.config;
+  Qwen35Model model(c, m.weights);
+  CudaOps gpu(c, m.weights, CudaOpsOptions{.max_slots = int(lengths.size())});
   const bool sm90 = std::string(gpu.gdn_prefill_backend().name) == "sm90";
-  const std::vector<int64_t> lengths = {1, 63, 64, 65, 300};
+  if (sm90_only && !sm90) GTEST_SKIP() << "the GDN prefill backend is " << gpu.gdn_prefill_backend().name;
   const int64_t vocab = c.vocab_size, decode_steps = 5;
   std::vector<std::vector<int32_t>> prompts;
-  for (int64_t n : lengths) prompts.push_back(random_tokens(n + decode_steps, rng_));
+  for (int64_t n : lengths) prompts.push_back(random_tokens(n + decode_steps, rng));
 
   // Alone: prefill the prompt, then feed the decode tokens one at a time.
   std::vector<std::vector<std::vector<float>>> alone(lengths.size());
@@ -213,6 +219,26 @@ TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
     }
   }
   for (int slot : slots) gpu.free_slot(slot);
+}
+
+TEST_F(GpuModel, BatchedSequencesEqualEachAlone) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  expect_batched_equal_alone(tiny(), {1, 63, 64, 65, 300}, rng_);
+}
+
+// The same with enough (sequence, value head) pairs in the prefill step for sm90's whole-head CTAs
+// (more than half the SMs' worth, gdn/context_split.h): the tiny model's five sequences and four
+// value heads take half-head CTAs, so without this only multi-sequence kernel tests and long
+// engine runs reach the other shape. Ten sequences over the tiny-wide model's eight value heads.
+TEST_F(GpuModel, BatchedSequencesEqualEachAloneInWholeHeadCtas) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  const LoadedModel& wide = testing::tiny_wide_model();
+  const std::vector<int64_t> lengths = {1, 2, 63, 64, 65, 127, 128, 129, 300, 40};
+  const int64_t pairs = int64_t(lengths.size()) * wide.config.linear_num_value_heads;
+  if (!gdn::whole_head_ctas(pairs, cuda::current_device().num_sms))
+    GTEST_SKIP() << pairs << " (sequence, value head) pairs take half-head CTAs on this GPU's "
+                 << cuda::current_device().num_sms << " SMs";
+  expect_batched_equal_alone(wide, lengths, rng_, /*sm90_only=*/true);
 }
 
 // Decode steps replayed from CUDA graphs give the logits of the same steps run eagerly (a graph
