@@ -120,8 +120,9 @@ TEST(ContextSplit, TheLongestSequenceHintPlansOneLongAmongShort) {
         const ContextSplit none = choose_context_split(seqs, total, 0, h.v, kH200Sms);
         EXPECT_EQ(choose_context_split(seqs, total, share, h.v, kH200Sms).segment_tokens, none.segment_tokens);
         EXPECT_EQ(choose_context_split(seqs, total, total + 1, h.v, kH200Sms).segment_tokens, none.segment_tokens);
-        if (seqs > 1)
+        if (seqs > 1) {
           EXPECT_EQ(choose_context_split(seqs, total, share - 1, h.v, kH200Sms).segment_tokens, none.segment_tokens);
+        }
       }
   // Batches that fill the GPU stay whole whatever the hint says.
   EXPECT_EQ(choose_context_split(2, 32768, 28672, 64, kH200Sms).segment_tokens, 0);

@@ -654,7 +654,9 @@ TEST_F(GdnPrefillBatch, Sm90LengthHintChangesNoResult) {
     SCOPED_TRACE(fmt::format("{} sequences, hint {}", c.lengths.size(), c.hint));
     const Batch b = make_batch(geometry, c.lengths, rng_);
     const di_gdn_prefill_shape shape{geometry, b.num_seqs(), b.total_tokens(), c.hint};
-    if (h200_sized) EXPECT_EQ(gdn_sm90_backend().scratch_bytes(&shape) > 0, c.splits);
+    if (h200_sized) {
+      EXPECT_EQ(gdn_sm90_backend().scratch_bytes(&shape) > 0, c.splits);
+    }
     const std::vector<float> initial = random_states(b.num_seqs(), geometry.num_v_heads, rng_);
     const Reference<double> want = oracle(b, initial, kScale);
     RunSetup setup;
