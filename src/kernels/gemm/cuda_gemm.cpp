@@ -3,6 +3,10 @@
 #include "core/cuda.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 namespace di::kernels {
 
 namespace {
@@ -45,21 +49,66 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K
   check_cublas(cublasLtMatrixLayoutCreate(&p.y, f32_out ? CUDA_R_32F : CUDA_R_16BF, uint64_t(N), uint64_t(M), N),
                "output layout");
 
+  const std::vector<cublasLtMatmulHeuristicResult_t> results = heuristic(p, 1);
+  if (results.empty())
+    fail("cuBLASLt has no algorithm for a bf16 GEMM of M={} N={} K={} ({} output)", M, N, K, f32_out ? "f32" : "bf16");
+  p.algo = results[0].algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+std::vector<cublasLtMatmulHeuristicResult_t> CublasLtGemm::heuristic(const Plan& p, int max_count) const {
   cublasLtMatmulPreference_t pref = nullptr;
   check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
-  check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                    sizeof(workspace_bytes_)),
-               "workspace preference");
-  cublasLtMatmulHeuristicResult_t result{};
+  const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                  &workspace_bytes_, sizeof(workspace_bytes_));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(max_count, 1)));
   int found = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, 1, &result, &found);
+      set != CUBLAS_STATUS_SUCCESS
+          ? set
+          : cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.w, p.x, p.y, p.y, pref, int(results.size()), results.data(),
+                                           &found);
   cublasLtMatmulPreferenceDestroy(pref);
   check_cublas(status, "algorithm heuristic");
-  if (found == 0)
-    fail("cuBLASLt has no algorithm for a bf16 GEMM of M={} N={} K={} ({} output)", M, N, K, f32_out ? "f32" : "bf16");
-  p.algo = result.algo;
-  return plans_.emplace(key, p).first->second;
+  results.resize(static_cast<size_t>(found));
+  return results;
+}
+
+std::vector<CublasLtGemm::Candidate> CublasLtGemm::candidates(int64_t M, int64_t N, int64_t K, bool f32_out,
+                                                              int max_count) {
+  DI_CHECK(M > 0 && N > 0 && K > 0 && max_count > 0, "candidates: invalid request M={} N={} K={} count={}", M, N, K,
+           max_count);
+  std::vector<Candidate> out;
+  for (const auto& r : heuristic(plan_for(M, N, K, f32_out), max_count))
+    if (r.state == CUBLAS_STATUS_SUCCESS) out.push_back({r.algo, r.workspaceSize, r.wavesCount});
+  return out;
+}
+
+void CublasLtGemm::run_candidate(const Candidate& c, const void* x, const void* w, void* y, int64_t M, int64_t N,
+                                 int64_t K, bool f32_out, cudaStream_t stream) {
+  DI_CHECK(c.workspace_bytes <= workspace_bytes_, "candidate needs {} bytes of workspace, {} allocated",
+           c.workspace_bytes, workspace_bytes_);
+  const Plan& p = plan_for(M, N, K, f32_out);
+  const float alpha = 1.0f, beta = 0.0f;
+  check_cublas(cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &c.algo, workspace_,
+                              workspace_bytes_, stream),
+               "bf16 linear (a chosen algorithm)");
+}
+
+std::string CublasLtGemm::describe(const cublasLtMatmulAlgo_t& algo) {
+  const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto value) {
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written);
+    return static_cast<int64_t>(value);
+  };
+  return fmt::format("algo {} tile {} stages {} split-k {} reduction {} swizzle {} custom {} inner {} cluster {}",
+                     get(CUBLASLT_ALGO_CONFIG_ID, int32_t{0}), get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{0}), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, uint32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{0}));
 }
 
 void CublasLtGemm::linear(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace di::kernels {
 
@@ -26,6 +28,20 @@ class CublasLtGemm {
   size_t workspace_bytes() const { return workspace_bytes_; }
   size_t cached_plans() const { return plans_.size(); }
 
+  // The algorithms cuBLASLt offers for a shape, best guess first (the first is what linear() runs),
+  // at most max_count of them; for benchmarks that time them against each other.
+  struct Candidate {
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace_bytes = 0;
+    float waves = 0;  // cuBLASLt's estimate of the waves of CTAs
+  };
+  std::vector<Candidate> candidates(int64_t M, int64_t N, int64_t K, bool f32_out, int max_count);
+  // linear() (or linear_f32_out()) with the given algorithm rather than the chosen one.
+  void run_candidate(const Candidate& c, const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K,
+                     bool f32_out, cudaStream_t stream);
+  // "algo 21 tile 20 stages 8 split-k 1 ..." from the algorithm's configuration attributes.
+  static std::string describe(const cublasLtMatmulAlgo_t& algo);
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
@@ -33,6 +49,7 @@ class CublasLtGemm {
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan_for(int64_t M, int64_t N, int64_t K, bool f32_out);
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristic(const Plan& p, int max_count) const;
   void run(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
