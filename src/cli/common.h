@@ -29,6 +29,7 @@ struct ModelOptions {
   std::string precision = "bf16";
   std::string gdn_prefill_backend;
   std::string gdn_artifacts;
+  std::string gemm_algos = "measured";
   void add_to(CLI::App* cmd);
 };
 
