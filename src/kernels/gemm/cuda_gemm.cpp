@@ -182,10 +182,13 @@ const cublasLtMatmulAlgo_t& CublasLtGemm::algo_for(Plan& p, const void* x, const
   return p.chosen;
 }
 
-// Each candidate once untimed (its kernel's first launch loads its module), then twice per pass in
-// two passes, in order and in reverse, so that a drift of the clocks favours none; the least total
-// time wins, the heuristic's first on a tie. The call's own operands: y is written each time, and
-// the caller's launch after this writes it again.
+// Each candidate once untimed (its kernel's first launch loads its module), then once per pass in
+// three passes (in order, reversed, in order) so that a drift of the clocks favours none; before each
+// timed launch the L2 is overwritten, so that the weight comes from DRAM as it does when the layers
+// run one after another (timed with the weight left in the L2, the choice made prefill steps of 512
+// to 2,048 tokens 1-2% slower: docs/benchmarks/decode.md). The least total time wins, the
+// heuristic's first on a tie. The call's own operands: y is written each time, and the caller's
+// launch after this writes it again.
 cublasLtMatmulAlgo_t CublasLtGemm::fastest(const Plan& p, const void* x, const void* w, void* y, cudaStream_t stream) {
   const std::vector<cublasLtMatmulHeuristicResult_t> results = heuristic(p, kMeasuredCandidates);
   if (results.empty() || split_k_of(results[0].algo) != 1) return p.algo;
@@ -195,19 +198,30 @@ cublasLtMatmulAlgo_t CublasLtGemm::fastest(const Plan& p, const void* x, const v
       candidates.push_back(r.algo);
   if (candidates.size() < 2) return p.algo;
   for (const auto& a : candidates) matmul(p, a, x, w, y, stream, "bf16 linear (an algorithm being timed)");
+
+  int device = 0, l2_bytes = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  const size_t flush_bytes = 2 * size_t(std::max(l2_bytes, 1 << 20));
+  void* flush = nullptr;
+  DI_CUDA_CHECK(cudaMallocAsync(&flush, flush_bytes, stream));
   cudaEvent_t start = nullptr, stop = nullptr;
-  DI_CUDA_CHECK(cudaEventCreate(&start));
-  const cudaError_t made = cudaEventCreate(&stop);
-  if (made != cudaSuccess) cudaEventDestroy(start);
-  DI_CUDA_CHECK(made);
   std::vector<float> total(candidates.size(), 0.0f);
+  const auto release = [&] {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    cudaFreeAsync(flush, stream);
+  };
   try {
-    for (int pass = 0; pass < 2; ++pass)
+    DI_CUDA_CHECK(cudaEventCreate(&start));
+    DI_CUDA_CHECK(cudaEventCreate(&stop));
+    constexpr int kPasses = 3;
+    for (int pass = 0; pass < kPasses; ++pass)
       for (size_t n = 0; n < candidates.size(); ++n) {
-        const size_t i = pass == 0 ? n : candidates.size() - 1 - n;
+        const size_t i = pass % 2 == 0 ? n : candidates.size() - 1 - n;
+        DI_CUDA_CHECK(cudaMemsetAsync(flush, pass + 1, flush_bytes, stream));
         DI_CUDA_CHECK(cudaEventRecord(start, stream));
-        for (int launch = 0; launch < 2; ++launch)
-          matmul(p, candidates[i], x, w, y, stream, "bf16 linear (an algorithm being timed)");
+        matmul(p, candidates[i], x, w, y, stream, "bf16 linear (an algorithm being timed)");
         DI_CUDA_CHECK(cudaEventRecord(stop, stream));
         DI_CUDA_CHECK(cudaEventSynchronize(stop));
         float ms = 0.0f;
@@ -215,12 +229,10 @@ cublasLtMatmulAlgo_t CublasLtGemm::fastest(const Plan& p, const void* x, const v
         total[i] += ms;
       }
   } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    release();
     throw;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  release();
   size_t best = 0;
   for (size_t i = 1; i < candidates.size(); ++i)
     if (total[i] < total[best]) best = i;
