@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # On the GPU machine: cuBLASLt's algorithm per GEMM shape, measured against the heuristic's first, in
 # one build (the engine's --gemm-algos): the tests matching FILTER, then di_engine_bench's prefill
-# steps (PREFILL, LENxSEQS) interleaved heuristic, measured, measured, heuristic, then
-# di_gemm_algo_bench on the prefill shapes. Logs in LOG_DIR; a table printed last.
-# usage: DI_SOURCE_COMMIT=<sha> scripts/gemm_algos_round.sh [--tests FILTER] [--prefill "128x8 ..."] LOG_DIR
+# steps (PREFILL, LENxSEQS) interleaved in ORDER (default heuristic, measured, measured, heuristic),
+# then di_gemm_algo_bench on the prefill shapes. Logs in LOG_DIR; a table printed last.
+# usage: DI_SOURCE_COMMIT=<sha> scripts/gemm_algos_round.sh [--tests FILTER] [--prefill "128x8 ..."]
+#          [--order "heuristic measured ..."] LOG_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
 filter='KernelTest.CublasLt*:GpuModel.*:*Golden*'
 prefill="128x8 512x1 2048x1 1024x8"
+order="heuristic measured measured heuristic"
 logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) filter=$2; shift 2 ;;
     --prefill) prefill=$2; shift 2 ;;
+    --order) order=$2; shift 2 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) logs=$1; shift ;;
   esac
@@ -38,22 +41,22 @@ model=/tmp/deltainfer-4b-geometry
   >"$logs/make-4b.log" 2>&1 || { echo "make-tiny-model 4b-geometry failed"; exit 1; }
 read -r -a shapes <<<"$prefill"
 run=0
-for choice in heuristic measured measured heuristic; do
+for choice in $order; do
   run=$((run + 1))
   timeout 300 build-gpu/bench/di_engine_bench --model "$model" --prefill "${shapes[@]}" --decode-batches 1 \
     --decode-steps 5 --gemm-algos "$choice" --json "$logs/engine-$run-$choice.json" >"$logs/engine-$run-$choice.txt" 2>&1 ||
     echo "di_engine_bench ($choice) failed: see $logs/engine-$run-$choice.txt"
 done
-timeout 300 build-gpu/bench/di_gemm_algo_bench --rows 512,2048 --json "$logs/gemm_algos.json" >"$logs/gemm_algos.txt" 2>&1
+[ -n "${DI_SKIP_ALGO_BENCH:-}" ] || timeout 300 build-gpu/bench/di_gemm_algo_bench --rows 512,2048 --json "$logs/gemm_algos.json" >"$logs/gemm_algos.txt" 2>&1
 
 echo
 echo "| prefill | heuristic ms | measured ms | measured / heuristic |"
 echo "|---|---|---|---|"
-python3 - "$logs" "${shapes[@]}" <<'EOF'
+python3 - "$logs" "$order" "${shapes[@]}" <<'EOF'
 import json, sys
-logs, shapes = sys.argv[1], sys.argv[2:]
+logs, order, shapes = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 runs = {"heuristic": [], "measured": []}
-for run, choice in enumerate(["heuristic", "measured", "measured", "heuristic"], 1):
+for run, choice in enumerate(order, 1):
     try:
         runs[choice].append(json.load(open(f"{logs}/engine-{run}-{choice}.json")))
     except (OSError, ValueError):
