@@ -47,7 +47,7 @@ for choice in $order; do
     --decode-steps 5 --gemm-algos "$choice" --json "$logs/engine-$run-$choice.json" >"$logs/engine-$run-$choice.txt" 2>&1 ||
     echo "di_engine_bench ($choice) failed: see $logs/engine-$run-$choice.txt"
 done
-[ -n "${DI_SKIP_ALGO_BENCH:-}" ] || timeout 300 build-gpu/bench/di_gemm_algo_bench --rows 512,2048 --json "$logs/gemm_algos.json" >"$logs/gemm_algos.txt" 2>&1
+timeout 300 build-gpu/bench/di_gemm_algo_bench --rows 512,2048 --json "$logs/gemm_algos.json" >"$logs/gemm_algos.txt" 2>&1
 
 echo
 echo "| prefill | heuristic ms | measured ms | measured / heuristic |"
