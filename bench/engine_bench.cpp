@@ -225,14 +225,10 @@ int main(int argc, char** argv) {
   int64_t profile_batch = 0;
   std::string profile_prefill;
   bool skip_prefill = false;
-  std::string gemm_algos = "measured";
   app.add_option("--model", model_dir, "model directory")->required();
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--decode-steps", decode_steps, "decode steps timed per batch size")->capture_default_str();
   app.add_flag("--skip-prefill", skip_prefill, "time decode steps only");
-  app.add_option("--gemm-algos", gemm_algos, "cuBLASLt's algorithm per GEMM shape: measured or heuristic")
-      ->check(CLI::IsMember({"measured", "heuristic"}))
-      ->capture_default_str();
   app.add_option("--prefill", prefill_shapes, "timed prefill steps, LENxSEQS: SEQS fresh prompts of LEN tokens in one step")
       ->capture_default_str();
   app.add_option("--context", context, "prompt tokens of each sequence before the timed decode steps")
@@ -258,11 +254,7 @@ int main(int argc, char** argv) {
     Qwen35Model model(m.config, m.weights);
     // Room for 64 sequences of the context and their decode steps.
     const int64_t kv_tokens = std::max<int64_t>(40960, 64 * (context + decode_steps + 64));
-    CudaOps ops(m.config, m.weights,
-                CudaOpsOptions{.max_slots = 64,
-                               .kv_cache_tokens = kv_tokens,
-                               .gemm_algos = gemm_algos == "heuristic" ? kernels::GemmAlgoChoice::heuristic
-                                                                       : kernels::GemmAlgoChoice::measured});
+    CudaOps ops(m.config, m.weights, CudaOpsOptions{.max_slots = 64, .kv_cache_tokens = kv_tokens});
     const double upload_s = seconds_since(process_start) - load_s;
     int64_t first_token = 0;
     {
@@ -301,7 +293,6 @@ int main(int argc, char** argv) {
                              {"start_to_first_token_s", ttft_s},
                              {"load_s", load_s},
                              {"upload_s", upload_s},
-                             {"gemm_algos", gemm_algos},
                              {"prefill", nlohmann::json::array()},
                              {"decode", nlohmann::json::array()}};
 
@@ -364,10 +355,6 @@ int main(int argc, char** argv) {
     std::printf("\npeak GPU memory: %.2f GiB (resident %.2f GiB: weights, 64 state slots, KV cache; activations "
                 "pool high-water %.2f GiB)\n",
                 peak_gib, double(ops.resident_bytes()) / (1 << 30), double(pool_high) / (1 << 30));
-    std::printf("GEMM algorithms (%s): %zu shapes timed, %zu of them not the heuristic's first\n", gemm_algos.c_str(),
-                ops.gemm().measured_shapes(), ops.gemm().measured_changes());
-    report["gemm_measured_shapes"] = ops.gemm().measured_shapes();
-    report["gemm_measured_changes"] = ops.gemm().measured_changes();
     report["peak_gpu_gib"] = peak_gib;
     report["resident_gib"] = double(ops.resident_bytes()) / (1 << 30);
     report["activation_pool_high_gib"] = double(pool_high) / (1 << 30);

@@ -178,7 +178,6 @@ void run_bench(const BenchOptions& o) {
         {"tensor_parallel_size", o.engine.tensor_parallel_size},
         {"gdn_prefill_backend",
          o.engine.model.gdn_prefill_backend.empty() ? std::string("production dispatch") : o.engine.model.gdn_prefill_backend},
-        {"gemm_algos", o.engine.model.gemm_algos},
         {"memory", {{"gdn_prefill_backend", memory.gdn_prefill_backend},
                     {"gdn_scratch_bytes", memory.gdn_scratch_bytes},
                     {"device_used_bytes", memory.device_used_bytes}}},

@@ -56,11 +56,6 @@ void ModelOptions::add_to(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--gdn-prefill-backend", gdn_prefill_backend,
                   "force a GDN prefill backend by name instead of the production dispatch (GPU only)");
-  cmd->add_option("--gemm-algos", gemm_algos,
-                  "GPU: cuBLASLt's algorithm per GEMM shape: measured (the fastest of those that give the "
-                  "heuristic's bits, timed once per shape from 512 rows) or heuristic (its first)")
-      ->check(CLI::IsMember({"measured", "heuristic"}))
-      ->capture_default_str();
   cmd->add_option("--gdn-artifacts", gdn_artifacts,
                   "the flashinfer-sm90 backend's bundle directory (sets DI_GDN_ARTIFACTS; "
                   "tools/artifacts/flashinfer_gdn_sm90/generate.sh writes it)")
@@ -90,7 +85,6 @@ EngineHostOptions EngineCliOptions::host_options() const {
   h.device = model.device;
   h.cpu_precision = parse_precision(model.precision);
   h.gdn_prefill_backend = model.gdn_prefill_backend;
-  h.gemm_algos = model.gemm_algos;
   h.max_num_seqs = max_num_seqs;
   h.max_num_batched_tokens = max_num_batched_tokens;
   h.max_model_len = max_model_len;
@@ -124,11 +118,7 @@ Runner open_model(const ModelOptions& o) {
 #if DI_HAVE_CUDA
   if (r.device == "cuda")
     r.ops = std::make_unique<CudaOps>(r.loaded.config, r.loaded.weights,
-                                      CudaOpsOptions{.max_slots = 2,
-                                                     .gdn_prefill_backend = o.gdn_prefill_backend,
-                                                     .gemm_algos = o.gemm_algos == "heuristic"
-                                                                       ? kernels::GemmAlgoChoice::heuristic
-                                                                       : kernels::GemmAlgoChoice::measured});
+                                      CudaOpsOptions{.max_slots = 2, .gdn_prefill_backend = o.gdn_prefill_backend});
 #endif
   if (!r.ops) r.ops = std::make_unique<CpuOps>(r.loaded.config, precision);
   r.model = std::make_unique<Qwen35Model>(r.loaded.config, r.loaded.weights);

@@ -29,7 +29,6 @@ struct ModelOptions {
   std::string precision = "bf16";
   std::string gdn_prefill_backend;
   std::string gdn_artifacts;
-  std::string gemm_algos = "measured";
   void add_to(CLI::App* cmd);
 };
 

@@ -124,7 +124,7 @@ di_gdn_geometry gdn_geometry(const ModelConfig& c) {
 }  // namespace
 
 CudaOps::CudaOps(const ModelConfig& config, const ModelWeights& weights, const CudaOpsOptions& options)
-    : config_(config), options_(options), gemm_(size_t(32) << 20, options.gemm_algos) {
+    : config_(config), options_(options) {
   DI_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible");
   device_ = cuda::current_device();
   stream_ = std::make_shared<Stream>();

@@ -37,9 +37,6 @@ struct CudaOpsOptions {
   std::string gdn_prefill_backend;   // empty: production dispatch; otherwise a backend name (forced)
   bool decode_graphs = true;         // replay decode steps as CUDA graphs, one per batch size
   di_gdn_state_layout state_layout = DI_GDN_STATE_KV;
-  // How cuBLASLt's algorithm is picked per GEMM shape (kernels/gemm/cuda_gemm.h): either way the
-  // same bits.
-  kernels::GemmAlgoChoice gemm_algos = kernels::GemmAlgoChoice::measured;
   // One rank of a tensor-parallel run (model/tensor_parallel.h): the config and weights given are
   // the rank's, the current device is its GPU, and the group joins the ranks. Null: the whole model.
   const DeviceGroup* group = nullptr;
@@ -127,7 +124,6 @@ class CudaOps final : public Ops {
 
   cudaStream_t stream() const;
   const di_gdn_prefill_backend& gdn_prefill_backend() const { return *gdn_backend_; }
-  const kernels::CublasLtGemm& gemm() const { return gemm_; }
   // The GDN prefill backend's scratch, grown to the largest prefill step so far.
   size_t gdn_scratch_bytes() const { return gdn_scratch_.size(); }
   const cuda::DeviceInfo& device() const { return device_; }

@@ -89,8 +89,6 @@ EngineHost::EngineHost(const EngineHostOptions& o) {
   } else if (!o.gdn_prefill_backend.empty()) {
     fail("GDN prefill backend {}: the backends run on the GPU (device cuda)", o.gdn_prefill_backend);
   }
-  if (o.gemm_algos != "measured" && o.gemm_algos != "heuristic")
-    fail("gemm_algos '{}': use measured or heuristic", o.gemm_algos);
 
   loaded_ = load_model(o.model_dir, {.show_progress = o.show_progress});
   const ModelConfig& c = loaded_.config;
@@ -136,9 +134,7 @@ EngineHost::EngineHost(const EngineHostOptions& o) {
     const CudaOpsOptions ops_options{.max_slots = int(plan.num_state_slots),
                                      .kv_cache_tokens = plan.kv_tokens(),
                                      .kv_block_size = int(sc.block_size),
-                                     .gdn_prefill_backend = o.gdn_prefill_backend,
-                                     .gemm_algos = o.gemm_algos == "heuristic" ? kernels::GemmAlgoChoice::heuristic
-                                                                               : kernels::GemmAlgoChoice::measured};
+                                     .gdn_prefill_backend = o.gdn_prefill_backend};
     if (tp == 1) {
       ops_ = std::make_unique<CudaOps>(c, loaded_.weights, ops_options);
     } else {

@@ -32,9 +32,6 @@ struct EngineHostOptions {
   std::string device = "auto";            // auto (cuda when a GPU is visible), cpu or cuda
   Precision cpu_precision = Precision::bf16;
   std::string gdn_prefill_backend;        // empty: production dispatch (GPU only)
-  // GPU: cuBLASLt's algorithm per GEMM shape, "measured" (the fastest of its candidates that give
-  // the heuristic's bits, timed once per shape from 512 rows) or "heuristic" (its first).
-  std::string gemm_algos = "measured";
   int64_t max_num_seqs = 64;              // sequences running at once
   // Token budget of one step. Prefill steps of 8192 tokens run the 4B at 68.5% MFU on an H200
   // against 64% for 2048, and output throughput at 16 concurrent requests of 1024 tokens in is 3-5%

@@ -276,68 +276,6 @@ TEST_F(KernelTest, CublasLtLinearMatchesReference) {
   }
 }
 
-// GemmAlgoChoice::measured times cuBLASLt's candidates and keeps the fastest that sums K as the
-// heuristic's first does: the result must be that algorithm's, bit for bit, on the first call (which
-// times) and on later ones (which reuse the choice, also at another M of the same bucket). The 4B
-// geometry's projections, at odd row counts from the threshold up.
-TEST_F(KernelTest, CublasLtMeasuredAlgorithmsGiveTheHeuristicsBits) {
-  SCOPED_TRACE(testing::seed_trace(seed_));
-  kernels::CublasLtGemm heuristic(size_t(32) << 20, kernels::GemmAlgoChoice::heuristic);
-  kernels::CublasLtGemm measured(size_t(32) << 20, kernels::GemmAlgoChoice::measured);
-  const std::pair<int64_t, int64_t> shapes[] = {{8192, 2560}, {32, 2560}, {1024, 2560}, {9216, 2560},
-                                                {2560, 9216}, {2560, 4096}};
-  for (auto [N, K] : shapes) {
-    const auto w = device_bf16(random_bf16_values(size_t(N * K), rng_, 1.0f / std::sqrt(float(K))));
-    for (int64_t M : {int64_t(kernels::CublasLtGemm::kMeasuredMinRows), int64_t(1000), int64_t(1023), int64_t(3001)}) {
-      SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
-      const auto x = device_bf16(random_bf16_values(size_t(M * K), rng_));
-      auto want = poisoned_bf16(size_t(M * N));
-      heuristic.linear(x.data(), w.data(), want.data(), M, N, K, stream_);
-      const std::vector<uint16_t> want_bits = want.download();
-      for (int call = 0; call < 2; ++call) {
-        auto got = poisoned_bf16(size_t(M * N));
-        measured.linear(x.data(), w.data(), got.data(), M, N, K, stream_);
-        const std::vector<uint16_t> got_bits = got.download();
-        size_t differing = 0;
-        for (size_t i = 0; i < got_bits.size(); ++i) differing += got_bits[i] != want_bits[i];
-        EXPECT_EQ(differing, 0u) << "call " << call << ": outputs that differ from the heuristic's algorithm";
-      }
-    }
-  }
-  // Buckets 512 and 1024 (M 1000 and 1023 share one) and 4096 per shape; every one of them timed.
-  EXPECT_EQ(measured.measured_shapes(), 3 * std::size(shapes));
-  EXPECT_EQ(heuristic.measured_shapes(), 0u);
-}
-
-// Inside a CUDA graph capture nothing can be timed: a measured GEMM of a shape not yet timed runs the
-// heuristic's first algorithm in the graph, and times later, outside a capture.
-TEST_F(KernelTest, CublasLtMeasuredGemmIsCapturable) {
-  SCOPED_TRACE(testing::seed_trace(seed_));
-  kernels::CublasLtGemm heuristic(size_t(32) << 20, kernels::GemmAlgoChoice::heuristic);
-  kernels::CublasLtGemm measured(size_t(32) << 20, kernels::GemmAlgoChoice::measured);
-  const int64_t M = 777, N = 2560, K = 4096;
-  const auto w = device_bf16(random_bf16_values(size_t(N * K), rng_, 1.0f / std::sqrt(float(K))));
-  const auto x = device_bf16(random_bf16_values(size_t(M * K), rng_));
-  auto want = poisoned_bf16(size_t(M * N)), got = poisoned_bf16(size_t(M * N));
-  heuristic.linear(x.data(), w.data(), want.data(), M, N, K, stream_);
-  cudaGraph_t graph = nullptr;
-  DI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  measured.linear(x.data(), w.data(), got.data(), M, N, K, stream_);
-  DI_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  EXPECT_EQ(measured.measured_shapes(), 0u) << "timed inside a capture";
-  cudaGraphExec_t exec = nullptr;
-  DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  DI_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-  sync();
-  EXPECT_EQ(got.download(), want.download());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  auto again = poisoned_bf16(size_t(M * N));
-  measured.linear(x.data(), w.data(), again.data(), M, N, K, stream_);
-  EXPECT_EQ(measured.measured_shapes(), 1u);
-  EXPECT_EQ(again.download(), want.download());
-}
-
 // A bf16 weight [N, K] on the host (as bits, for the reference's TensorView) and on the device.
 struct TestWeight {
   int64_t N = 0, K = 0;

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace di::kernels {
 
@@ -15,28 +14,9 @@ void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt: {} failed: {} ({})", what, cublasLtGetStatusString(status),
                                             cublasLtGetStatusName(status));
 }
-
-int32_t split_k_of(const cublasLtMatmulAlgo_t& algo) {
-  int32_t splits = 1;
-  size_t written = 0;
-  check_cublas(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
-                                                    &written),
-               "split-K attribute");
-  return splits;
-}
-
-int64_t row_bucket(int64_t rows) {
-  int64_t bucket = 1;
-  while (bucket < rows) bucket *= 2;
-  return bucket;
-}
-
-// The candidates timed per shape: the heuristic returns at most 8 for these GEMMs on an H200.
-constexpr int kMeasuredCandidates = 8;
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(size_t workspace_bytes, GemmAlgoChoice choice)
-    : workspace_bytes_(workspace_bytes), choice_(choice) {
+CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
   if (workspace_bytes_ > 0) DI_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -55,7 +35,7 @@ CublasLtGemm::~CublasLtGemm() {
 // cuBLASLt is column-major. Row-major y [M, N] is column-major y^T [N, M], so we compute
 // y^T = w · x^T: A = w (stored as column-major [K, N], used transposed), B = x^T (column-major
 // [K, M]), C = D = y^T (column-major [N, M]).
-CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K, bool f32_out) {
+const CublasLtGemm::Plan& CublasLtGemm::plan_for(int64_t M, int64_t N, int64_t K, bool f32_out) {
   const auto key = std::make_tuple(M, N, K, f32_out);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
@@ -144,99 +124,11 @@ void CublasLtGemm::run(const void* x, const void* w, void* y, int64_t M, int64_t
                        cudaStream_t stream) {
   DI_CHECK(M >= 0 && N > 0 && K > 0, "linear: invalid GEMM shape M={} N={} K={}", M, N, K);
   if (M == 0) return;
-  Plan& p = plan_for(M, N, K, f32_out);
-  matmul(p, algo_for(p, x, w, y, M, N, K, f32_out, stream), x, w, y, stream,
-         f32_out ? "bf16 linear (f32 out)" : "bf16 linear");
-}
-
-void CublasLtGemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, void* y,
-                          cudaStream_t stream, const char* what) {
+  const Plan& p = plan_for(M, N, K, f32_out);
   const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &algo, workspace_,
+  check_cublas(cublasLtMatmul(handle_, p.op, &alpha, w, p.w, x, p.x, &beta, y, p.y, y, p.y, &p.algo, workspace_,
                               workspace_bytes_, stream),
-               what);
-}
-
-const cublasLtMatmulAlgo_t& CublasLtGemm::algo_for(Plan& p, const void* x, const void* w, void* y, int64_t M,
-                                                   int64_t N, int64_t K, bool f32_out, cudaStream_t stream) {
-  if (choice_ == GemmAlgoChoice::heuristic || M < kMeasuredMinRows) return p.algo;
-  if (p.resolved) return p.chosen;
-  const Key bucket{row_bucket(M), N, K, f32_out};
-  if (const auto it = measured_.find(bucket); it != measured_.end()) {
-    // Timed at another M of the bucket: this M's layouts may not take it (then the heuristic's first).
-    cublasLtMatmulHeuristicResult_t check{};
-    const bool fits = cublasLtMatmulAlgoCheck(handle_, p.op, p.w, p.x, p.y, p.y, &it->second, &check) ==
-                          CUBLAS_STATUS_SUCCESS &&
-                      check.workspaceSize <= workspace_bytes_ && split_k_of(it->second) == split_k_of(p.algo);
-    p.chosen = fits ? it->second : p.algo;
-    p.resolved = true;
-    return p.chosen;
-  }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return p.algo;  // nothing can be timed in a capture; chosen later
-  p.chosen = fastest(p, x, w, y, stream);
-  p.resolved = true;
-  measured_.emplace(bucket, p.chosen);
-  if (std::memcmp(&p.chosen, &p.algo, sizeof(p.algo)) != 0) ++measured_changes_;
-  return p.chosen;
-}
-
-// Each candidate once untimed (its kernel's first launch loads its module), then once per pass in
-// three passes (in order, reversed, in order) so that a drift of the clocks favours none; before each
-// timed launch the L2 is overwritten, so that the weight comes from DRAM as it does when the layers
-// run one after another (timed with the weight left in the L2, the choice made prefill steps of 512
-// to 2,048 tokens 1-2% slower: docs/benchmarks/decode.md). The least total time wins, the
-// heuristic's first on a tie. The call's own operands: y is written each time, and the caller's
-// launch after this writes it again.
-cublasLtMatmulAlgo_t CublasLtGemm::fastest(const Plan& p, const void* x, const void* w, void* y, cudaStream_t stream) {
-  const std::vector<cublasLtMatmulHeuristicResult_t> results = heuristic(p, kMeasuredCandidates);
-  if (results.empty() || split_k_of(results[0].algo) != 1) return p.algo;
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  for (const auto& r : results)
-    if (r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= workspace_bytes_ && split_k_of(r.algo) == 1)
-      candidates.push_back(r.algo);
-  if (candidates.size() < 2) return p.algo;
-  for (const auto& a : candidates) matmul(p, a, x, w, y, stream, "bf16 linear (an algorithm being timed)");
-
-  int device = 0, l2_bytes = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-  const size_t flush_bytes = 2 * size_t(std::max(l2_bytes, 1 << 20));
-  void* flush = nullptr;
-  DI_CUDA_CHECK(cudaMallocAsync(&flush, flush_bytes, stream));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  std::vector<float> total(candidates.size(), 0.0f);
-  const auto release = [&] {
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-    cudaFreeAsync(flush, stream);
-  };
-  try {
-    DI_CUDA_CHECK(cudaEventCreate(&start));
-    DI_CUDA_CHECK(cudaEventCreate(&stop));
-    constexpr int kPasses = 3;
-    for (int pass = 0; pass < kPasses; ++pass)
-      for (size_t n = 0; n < candidates.size(); ++n) {
-        const size_t i = pass % 2 == 0 ? n : candidates.size() - 1 - n;
-        DI_CUDA_CHECK(cudaMemsetAsync(flush, pass + 1, flush_bytes, stream));
-        DI_CUDA_CHECK(cudaEventRecord(start, stream));
-        matmul(p, candidates[i], x, w, y, stream, "bf16 linear (an algorithm being timed)");
-        DI_CUDA_CHECK(cudaEventRecord(stop, stream));
-        DI_CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        DI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        total[i] += ms;
-      }
-  } catch (...) {
-    release();
-    throw;
-  }
-  release();
-  size_t best = 0;
-  for (size_t i = 1; i < candidates.size(); ++i)
-    if (total[i] < total[best]) best = i;
-  return candidates[best];
+               f32_out ? "bf16 linear (f32 out)" : "bf16 linear");
 }
 
 }  // namespace di::kernels
