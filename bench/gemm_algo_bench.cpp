@@ -18,6 +18,7 @@
 #include "core/cuda.h"
 #include "core/error.h"
 #include "gpu_timing.h"
+#include "hashed_values.h"
 #include "kernels/gemm/cuda_gemm.h"
 
 namespace di::bench {
@@ -40,13 +41,7 @@ const std::vector<Shape> kShapes = {
 };
 
 std::vector<uint16_t> random_bits(int64_t n, float scale, std::mt19937_64& rng) {
-  std::vector<uint16_t> bits(static_cast<size_t>(n));
-  uint32_t h = static_cast<uint32_t>(rng());
-  for (auto& b : bits) {  // a cheap hash: values do not change the time, and the lm_head is 1.27 GB
-    h = h * 1664525u + 1013904223u;
-    b = f32_to_bf16(scale * (float(h >> 8) / float(1 << 24) * 2.0f - 1.0f));
-  }
-  return bits;
+  return hashed_bf16(n, scale, static_cast<uint32_t>(rng()));
 }
 
 nlohmann::json run_shape(const Shape& s, int64_t M, int max_candidates, kernels::CublasLtGemm& gemm,

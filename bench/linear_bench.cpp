@@ -23,6 +23,7 @@
 #include "core/cuda.h"
 #include "core/error.h"
 #include "gpu_timing.h"
+#include "hashed_values.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/gemm/small_batch_linear.h"
@@ -78,17 +79,8 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
   const double weight_bytes = 2.0 * double(weight_elems);
   const int sets = int(std::max(1.0, std::ceil(kRotateBytes / weight_bytes)));
 
-  // Values do not change the time; a cheap hash keeps the 1.27 GB lm_head quick to fill.
   std::uniform_int_distribution<uint32_t> seed_of(0, ~0u);
-  const auto random_bits = [&](int64_t n, float scale) {
-    std::vector<uint16_t> bits(static_cast<size_t>(n));
-    uint32_t h = seed_of(rng);
-    for (auto& b : bits) {
-      h = h * 1664525u + 1013904223u;
-      b = f32_to_bf16(scale * (float(h >> 8) / float(1 << 24) * 2.0f - 1.0f));
-    }
-    return bits;
-  };
+  const auto random_bits = [&](int64_t n, float scale) { return hashed_bf16(n, scale, seed_of(rng)); };
   std::vector<WeightSet> weights(static_cast<size_t>(sets));
   for (int64_t n : c.features) {
     const auto bits = random_bits(n * c.K, 1.0f / std::sqrt(float(c.K)));
