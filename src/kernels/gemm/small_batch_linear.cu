@@ -444,6 +444,121 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
 }
 
+// A narrow launch from 9 rows with its slices spread over the SMs (SmallBatchLinearParams::
+// slice_partials). The resident blocks above give the 2,560-wide projections 160 tiles of 8 warps
+// for 132 SMs: 28 SMs stream two tiles while the rest stream one (52-59% of the bandwidth at 16 rows
+// where the same kernel streams 264 tiles at 80%, docs/benchmarks/decode.md). Here a warp streams
+// one slice of K of one tile, the slice the other forms give that warp: block b takes slice b % 8 of
+// tiles (b / 8) * W .. + W - 1, one per warp, so the W warps of a block read the same input (from
+// the L1 after the first) and every SM holds W or none. Each warp writes its sums to global scratch;
+// the last of a tile's 8 (a counter per tile, which it resets) adds them in slice order, as
+// store_tile adds the warps', and stores the tile with the same epilogue: the same bits as the other
+// forms. No block-wide barrier: the warps are independent.
+template <int kUnroll>
+__global__ void __launch_bounds__(12 * 32) spread_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
+  constexpr int kInputTiles = 2;
+  const int warps = int(blockDim.x / 32);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int slice = int(blockIdx.x % kWarps);
+  const int64_t index = int64_t(blockIdx.x / kWarps) * warps + warp;
+  if (index >= tiles) return;
+  const Tile<1> tile = find_tile<1>(p, index);
+  const int K = int(p.in_features);
+  const int64_t N = tile.features;
+  const int64_t r0 = tile.row0 + g, r1 = tile.row0 + g + 8;
+  const uint16_t* w_row0 = tile.weight[0] + (r0 < N ? r0 : N - 1) * K;
+  const uint16_t* w_row1 = tile.weight[0] + (r1 < N ? r1 : N - 1) * K;
+  bool has_x[kInputTiles];
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c) has_x[c] = 8 * c + g < p.rows;
+
+  const int steps = (K + kStepK - 1) / kStepK;
+  const int first = steps * slice / kWarps, last = steps * (slice + 1) / kWarps;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 w[kUnroll][2];
+  const auto load_weights = [&](int s0, auto when) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u) * kStepK + 8 * q;
+      const bool in = s0 + u < last && k < K;
+      w[u][0] = in ? load_weights16<decltype(when)>(w_row0 + k) : zero;
+      w[u][1] = in ? load_weights16<decltype(when)>(w_row1 + k) : zero;
+    }
+  };
+  load_weights(first, AheadOfWait{});
+  wait_for_prior_grid();
+  allow_dependent_grid();
+  float acc[kInputTiles][kFragment] = {};
+  for (int s0 = first; s0 < last; s0 += kUnroll) {
+    if (s0 != first) load_weights(s0, InStepLoop{});
+    uint4 x[kUnroll][kInputTiles];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u) * kStepK + 8 * q;
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c) {
+        const bool in = s0 + u < last && k < K && has_x[c];
+        x[u][c] = in ? load_input<SmallBatchInput::plain>(p, 8 * c + g, k, nullptr) : zero;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int c = 0; c < kInputTiles; ++c) mma_step(acc[c], w[u][0], w[u][1], x[u][c]);
+  }
+
+  // This slice's sums, in store_tile's layout: [tile][slice][input tile][lane * 4 + i].
+  float* partials = p.slice_partials + (index * kWarps + slice) * (kInputTiles * 32 * kFragment);
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c)
+    __stcg(reinterpret_cast<float4*>(partials + c * 32 * kFragment) + lane,
+           make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]));
+  __threadfence();  // the sums are visible before the count says so
+  int arrived = 0;
+  if (lane == 0) arrived = atomicAdd(p.slice_counters + index, 1);
+  arrived = __shfl_sync(0xffffffffu, arrived, 0);
+  if (arrived != kWarps - 1) return;
+  __threadfence();  // the other slices' sums are read after their counts
+  if (lane == 0) p.slice_counters[index] = 0;  // for the next launch, which starts after this one ends
+
+  // The tile's epilogue by this warp: element e of store_tile's 128 threads is lane + 32 j.
+  __shared__ float squares_of[12][kInputTiles * 8][kTileRows];  // out_sum_sq, per warp
+  float(&squares)[kInputTiles * 8][kTileRows] = squares_of[warp];
+  const float* tile_partials = p.slice_partials + index * kWarps * (kInputTiles * 32 * kFragment);
+#pragma unroll
+  for (int c = 0; c < kInputTiles; ++c)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int t = lane + 32 * j;
+      float sum = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kWarps; ++s) sum += __ldcg(tile_partials + (s * kInputTiles + c) * 32 * kFragment + t);
+      const int l = t / kFragment, i = t % kFragment;
+      const int n_in_tile = l / 4 + (i >= 2 ? 8 : 0);
+      const int64_t n = tile.row0 + n_in_tile;
+      const int64_t m = 8 * c + 2 * (l % 4) + (i % 2);
+      const bool in = m < p.rows && n < N;
+      const int64_t at = m * N + n;
+      if (p.epilogue == SmallBatchEpilogue::f32) {
+        if (in) static_cast<float*>(tile.out)[at] = sum;
+      } else if (p.residual != nullptr) {  // rounded, then added as the add kernel adds
+        const float y = in ? round_bf16(round_bf16(sum) + to_f32(static_cast<const bf16*>(p.residual)[at])) : 0.0f;
+        if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(y);
+        squares[m][n_in_tile] = y * y;
+      } else {
+        if (in) static_cast<bf16*>(tile.out)[at] = to_bf16(sum);
+      }
+    }
+  if (p.out_sum_sq == nullptr) return;
+  __syncwarp();
+  if (lane < kInputTiles * 8 && lane < p.rows) {  // store_tile's sums over the tile's 16 features, in order
+    float sq = 0.0f;
+#pragma unroll
+    for (int f = 0; f < kTileRows; ++f) sq += squares[lane][f];
+    p.out_sum_sq[lane * ((N + kTileRows - 1) / kTileRows) + tile.row0 / kTileRows] = sq;
+  }
+}
+
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
@@ -479,6 +594,22 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
                                                                              // the up weight is outputs[1]
+  // A narrow launch from 9 rows with scratch for its slices: spread over the SMs (the kernel above).
+  if (small_batch_spreads(p)) {
+    int device = 0, sms = 0;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+      return e;
+    // W warps a block, W tiles' slices of one index: about as many warps on every SM (at most 12).
+    const int64_t per_block = std::min<int64_t>(12, (tiles * kWarps + sms - 1) / std::max(sms, 1));
+    const int64_t groups = (tiles + per_block - 1) / per_block;
+    const auto spread = p.steps_in_flight == 4 ? spread_small_batch_linear_kernel<4> : spread_small_batch_linear_kernel<8>;
+    if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(spread), int(per_block) * 32);
+        e != cudaSuccess)
+      return e;
+    return launch_early(spread, dim3{unsigned(groups * kWarps)}, dim3{unsigned(per_block * 32)}, 0, stream, launched,
+                        tiles);
+  }
   // Few tiles (the 2,560-wide projections: 160 for 132 SMs) over a K of at most 4,096: deeper loads
   // per warp (kDeep above).
   constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
