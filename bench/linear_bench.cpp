@@ -12,8 +12,6 @@
 // --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, --in-features
 // K at another input width, and --max-blocks caps the resident blocks (9 to 16 rows): how the time
 // follows the number of 16-row tiles, the length of each warp's slice of K, and their spread.
-// --spread gives the kernel scratch for its slices, so that narrow launches from 9 rows spread them
-// over the SMs as the engine runs them.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -73,7 +71,7 @@ struct WeightSet {
   std::vector<cuda::DeviceBuffer<uint16_t>> w;
 };
 
-nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int64_t max_blocks, bool spread,
+nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int64_t max_blocks,
                         kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
   const Input input = fuse && M <= kFusedMaxRows ? c.fused : Input::plain;
   int64_t weight_elems = 0, out_elems = 0;
@@ -103,9 +101,6 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
   const std::vector<float> sums(size_t(M * parts), 16.0f / 3.0f);
   cuda::DeviceBuffer<float> dsums{std::span<const float>(sums)};
 
-  cuda::DeviceBuffer<float> slice_partials(size_t(kernels::small_batch_slice_partials_floats()));
-  cuda::DeviceBuffer<int> slice_counters(size_t(kernels::SmallBatchLinearParams::kSpreadMaxTiles));
-  slice_counters.fill_bytes(0);
   const auto small_batch = [&](int rep) {
     for (int l = 0; l < kLaunchesPerRep; ++l) {
       const WeightSet& s = weights[size_t((rep * kLaunchesPerRep + l) % sets)];
@@ -123,11 +118,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
       }
       for (size_t i = 0; i < c.features.size(); ++i)
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
-      if (spread && c.features.size() == 1 && !c.swiglu) {
-        p.slice_partials = slice_partials.data();
-        p.slice_counters = slice_counters.data();
-      }
-      if ((M <= 8 || kernels::small_batch_spreads(p)) && !c.swiglu) p.steps_in_flight = steps_in_flight;
+      if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
       p.max_blocks = max_blocks;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }
@@ -166,7 +157,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
               static_cast<long long>(M), weight_bytes / 1e6, sb_us, sb_tbps, 100.0 * sb_tbps / kCopyTBps, cb_us,
               cb_tbps, 100.0 * cb_tbps / kCopyTBps, cb_us / sb_us);
   std::fflush(stdout);
-  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"spread", spread}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
+  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
           {"small_batch_us", sb_us}, {"small_batch_tbps", sb_tbps}, {"cublaslt_us", cb_us},
           {"cublaslt_tbps", cb_tbps}, {"small_batch_ms_medians", {sb1.median_ms, sb2.median_ms}},
           {"cublaslt_ms_medians", {cb1.median_ms, cb2.median_ms}}, {"launches_per_rep", kLaunchesPerRep},
@@ -186,7 +177,6 @@ int main(int argc, char** argv) {
   int steps_in_flight = 0;
   std::vector<int64_t> widths;
   int64_t in_features = 0, max_blocks = 0;
-  bool spread = false;
   app.add_option("--json", json_path, "write the report here");
   app.add_option("--layer", only_layer, "only the layers whose name contains this (e.g. 'out_proj')");
   app.add_option("--rows", rows, "the row counts M to run (1 to 16)")->delimiter(',')->check(CLI::Range(1, 16));
@@ -202,9 +192,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(8), int64_t(1) << 20));
   app.add_option("--max-blocks", max_blocks, "at most this many resident blocks from 9 rows (0: as many as fit)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  app.add_flag("--spread", spread,
-               "give the small-batch kernel scratch for its slices, so that narrow launches from 9 rows spread "
-               "them over the SMs (as the engine runs them)");
   CLI11_PARSE(app, argc, argv);
   try {
     cudaStream_t stream;
@@ -212,7 +199,6 @@ int main(int argc, char** argv) {
     kernels::CublasLtGemm gemm;
     std::mt19937_64 rng(20261130);
     if (steps_in_flight != 0) std::printf("(small batch: %d steps in flight per warp up to 8 rows)\n", steps_in_flight);
-    if (spread) std::printf("(small batch: narrow launches from 9 rows spread their slices over the SMs)\n");
     std::printf("| layer | M | weight MB | small-batch us | TB/s | of 4.3 | cuBLASLt us | TB/s | of 4.3 | speed-up |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     nlohmann::json report = {{"provenance", provenance()},
@@ -239,7 +225,7 @@ int main(int argc, char** argv) {
       }
       for (const Case& v : variants)
         for (int64_t M : rows)
-          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, spread, gemm, stream, rng)), ++ran;
+          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, gemm, stream, rng)), ++ran;
     }
     if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";

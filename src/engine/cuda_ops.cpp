@@ -142,9 +142,6 @@ CudaOps::CudaOps(const ModelConfig& config, const ModelWeights& weights, const C
   DI_CHECK(options_.kv_block_size == 16 || options_.kv_block_size == 32 || options_.kv_block_size == 64,
            "CudaOps: KV block size must be 16, 32 or 64, found {}", options_.kv_block_size);
   upload_weights(weights);
-  slice_partials_ = cuda::DeviceBuffer<float>(size_t(kernels::small_batch_slice_partials_floats()));
-  slice_counters_ = cuda::DeviceBuffer<int>(size_t(kernels::SmallBatchLinearParams::kSpreadMaxTiles));
-  slice_counters_.fill_bytes(0);
 
   const ModelConfig& c = config_;
   gdn_layers_ = c.num_layers_of(LayerKind::linear_attention);
@@ -161,8 +158,7 @@ CudaOps::CudaOps(const ModelConfig& config, const ModelWeights& weights, const C
   free_blocks_.resize(size_t(kv_blocks_));
   for (int64_t i = 0; i < kv_blocks_; ++i) free_blocks_[size_t(i)] = int32_t(kv_blocks_ - 1 - i);  // pop_back gives 0 first
   slots_.resize(size_t(slots));
-  resident_bytes_ += conv_states_.bytes() + recurrent_states_.bytes() + k_cache_.bytes() + v_cache_.bytes() +
-                     slice_partials_.bytes() + slice_counters_.bytes();
+  resident_bytes_ += conv_states_.bytes() + recurrent_states_.bytes() + k_cache_.bytes() + v_cache_.bytes();
 
   di_gdn_device dev{device_.sm_major, device_.sm_minor, device_.num_sms, device_.shared_memory_per_block_optin};
   gdn_backend_ = &gdn::choose_prefill_backend(gdn_geometry(c), dev, options_.state_layout, options_.gdn_prefill_backend);
@@ -684,8 +680,6 @@ kernels::SmallBatchLinearParams CudaOps::small_batch_params(const ProjectionInpu
   check_cuda_tensor(x, DType::bf16, what);
   const int64_t K = x.dim(-1), rows = x.numel() / K;
   kernels::SmallBatchLinearParams p{.x = x.data(), .rows = rows, .in_features = K};
-  p.slice_partials = slice_partials_.data();
-  p.slice_counters = slice_counters_.data();
   using Op = ProjectionInput::Op;
   if (in.op == Op::gated_rms_norm || in.op == Op::sigmoid_gate) {
     check_same_shape(x, in.gate, what);

@@ -179,9 +179,6 @@ class CudaOps final : public Ops {
   cuda::DeviceInfo device_;
   std::shared_ptr<Stream> stream_;
   kernels::CublasLtGemm gemm_;
-  // Scratch of the small-batch kernel's narrow launches from 9 rows (their slices spread over the SMs).
-  cuda::DeviceBuffer<float> slice_partials_;
-  cuda::DeviceBuffer<int> slice_counters_;
   const di_gdn_prefill_backend* gdn_backend_ = nullptr;
 
   // Weights by host address (a TensorView of the mapped checkpoint) -> device copy.

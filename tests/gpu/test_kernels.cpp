@@ -446,16 +446,6 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.rows = 9;
       },
       "8 steps in flight take one weight per tile and up to 8 rows");
-  alignas(16) static float partials[8] = {};
-  static int counters[1] = {};
-  refused([](P& p) { p.slice_partials = partials; }, "slice partials and slice counters come together");
-  refused([](P& p) { p.slice_counters = counters; }, "slice partials and slice counters come together");
-  refused(
-      [](P& p) {
-        p.slice_partials = partials + 1;
-        p.slice_counters = counters;
-      },
-      "slice partials are not 16-byte aligned");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -649,73 +639,6 @@ float warp_order_sum(const float* parts, int64_t n) {
 // checked against the reference GEMM of it. (The norm kernel sums a row in another order, so its
 // factor may differ by an ulp, and a normalised value by a rounding flip.) Both row forms (one and
 // two input tiles), an odd width, M = 1..16.
-// A narrow launch from 9 rows with scratch for its slices spreads them over the SMs: bit for bit what
-// the resident blocks give (so what each row gives alone), for the three epilogues a lone weight
-// takes, at both depths of loads; twice in a row without a wait between (the per-tile counters are
-// left at zero for the next launch); and with a width that ends mid-tile.
-TEST_F(KernelTest, SmallBatchLinearSpreadSlicesKeepTheBits) {
-  SCOPED_TRACE(testing::seed_trace(seed_));
-  cuda::DeviceBuffer<float> partials(size_t(kernels::small_batch_slice_partials_floats()));
-  cuda::DeviceBuffer<int> counters(size_t(kernels::SmallBatchLinearParams::kSpreadMaxTiles));
-  counters.fill_bytes(0);
-  const std::pair<int64_t, int64_t> shapes[] = {{2560, 9216}, {2557, 4096}, {300, 264}};
-  for (auto [N, K] : shapes) {
-    const TestWeight w = random_weight(N, K, rng_);
-    for (int64_t M : {int64_t(9), int64_t(13), int64_t(16)}) {
-      const auto x = random_bf16_values(size_t(M * K), rng_, 2.0f), residual = random_bf16_values(size_t(M * N), rng_);
-      auto dx = device_bf16(x), dres = device_bf16(residual);
-      const int64_t parts = kernels::small_batch_sum_sq_parts(N);
-      for (const char* epilogue : {"bf16", "residual and sums of squares", "float32"}) {
-        kernels::SmallBatchLinearParams base{.x = dx.data(), .rows = M, .in_features = K, .num_outputs = 1};
-        const bool is_f32 = std::string(epilogue) == "float32", sums = std::string(epilogue) != "bf16" && !is_f32;
-        if (is_f32) base.epilogue = kernels::SmallBatchEpilogue::f32;
-        if (sums) base.residual = dres.data();
-        // The output's bytes (and the sums of squares) of `launches` launches in a row, the last one's.
-        const auto run = [&](bool spread, int steps_in_flight, int launches) {
-          std::vector<cuda::DeviceBuffer<uint16_t>> out;
-          std::vector<cuda::DeviceBuffer<float>> sq;
-          for (int l = 0; l < launches; ++l) {
-            kernels::SmallBatchLinearParams p = base;
-            out.push_back(poisoned_bf16(size_t(M * N * (is_f32 ? 2 : 1))));
-            p.outputs[0] = {w.device.data(), out.back().data(), N};
-            sq.emplace_back(size_t(M * parts));
-            sq.back().fill_bytes(0xFF);
-            if (sums) p.out_sum_sq = sq.back().data();
-            if (spread) {
-              p.slice_partials = partials.data();
-              p.slice_counters = counters.data();
-              p.steps_in_flight = steps_in_flight;
-            }
-            EXPECT_EQ(kernels::small_batch_linear_error(p), "");
-            EXPECT_EQ(kernels::small_batch_spreads(p), spread);
-            EXPECT_EQ(kernels::launch_small_batch_linear(p, stream_), cudaSuccess);
-          }
-          sync();
-          std::vector<std::vector<uint16_t>> bits;  // per launch: the output, then the sums of squares
-          for (int l = 0; l < launches; ++l) {
-            bits.push_back(out[size_t(l)].download());
-            if (!sums) continue;
-            const std::vector<float> f = sq[size_t(l)].download();
-            const size_t at = bits.back().size();
-            bits.back().resize(at + f.size() * 2);
-            std::memcpy(bits.back().data() + at, f.data(), f.size() * 4);
-          }
-          return bits;
-        };
-        SCOPED_TRACE(std::string(epilogue) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
-                     std::to_string(K));
-        const auto resident = run(false, 0, 1);
-        for (int steps : {0, 4}) {
-          const auto spread = run(true, steps, 2);
-          for (size_t l = 0; l < spread.size(); ++l)
-            EXPECT_EQ(spread[l], resident[0]) << "steps in flight " << steps << ", launch " << l;
-        }
-      }
-    }
-  }
-  EXPECT_EQ(counters.download(), std::vector<int>(counters.size(), 0)) << "counters left behind";
-}
-
 TEST_F(KernelTest, SmallBatchLinearNormsFromTheResidualSums) {
   SCOPED_TRACE(testing::seed_trace(seed_));
   const int64_t K1 = 520, N2 = 45;

@@ -9,14 +9,6 @@ namespace {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
-bool small_batch_spreads(const SmallBatchLinearParams& p) {
-  if (p.rows <= 8 || p.num_outputs != 1 || p.epilogue == SmallBatchEpilogue::swiglu ||
-      p.input != SmallBatchInput::plain || p.slice_partials == nullptr || p.slice_counters == nullptr ||
-      p.max_blocks != 0)
-    return false;
-  return (p.outputs[0].features + 15) / 16 <= SmallBatchLinearParams::kSpreadMaxTiles;
-}
-
 std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (p.rows < 1 || p.rows > SmallBatchLinearParams::kMaxRows)
     return fmt::format("{} rows (1 to {})", p.rows, SmallBatchLinearParams::kMaxRows);
@@ -57,15 +49,12 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
   if (p.out_sum_sq && !p.residual) return "sums of squares are written for a residual output only";
   if (p.steps_in_flight != 0 && p.steps_in_flight != 4 && p.steps_in_flight != 8)
     return fmt::format("{} steps in flight (0 for the kernel's choice, 4 or 8)", p.steps_in_flight);
-  if (p.steps_in_flight == 8 && (p.rows > 8 || p.epilogue == SmallBatchEpilogue::swiglu) && !small_batch_spreads(p))
-    return "8 steps in flight take one weight per tile and up to 8 rows, or a launch that spreads its slices";
+  if (p.steps_in_flight == 8 && (p.rows > 8 || p.epilogue == SmallBatchEpilogue::swiglu))
+    return "8 steps in flight take one weight per tile and up to 8 rows";
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);
   if (p.max_blocks < 0) return fmt::format("a cap of {} blocks (0 for none)", p.max_blocks);
-  if ((p.slice_partials == nullptr) != (p.slice_counters == nullptr))
-    return "slice partials and slice counters come together";
-  if (p.slice_partials && !aligned16(p.slice_partials)) return "the slice partials are not 16-byte aligned";
   return "";
 }
 

@@ -83,20 +83,7 @@ struct SmallBatchLinearParams {
   // at once). Each takes every gridDim-th tile of 16 rows, so a small cap gives each block many (a
   // test's way to reach that). Ignored where each block takes one tile.
   int64_t max_blocks = 0;
-
-  // Scratch for spreading a narrow launch's slices over the SMs: from 9 rows, for one weight of at
-  // most kSpreadMaxTiles tiles (the 2,560-wide projections: 160 tiles for 132 SMs), a plain input,
-  // no block cap. Each warp then streams one slice of K of one tile (the 8 slices of a tile are the
-  // 8 warps' of the other forms, added in the same order: the same bits), the warps of a block the
-  // same slice of several tiles, about as many warps on every SM; the last warp of a tile to finish
-  // adds its slices and stores it. Null: the resident blocks above take the launch.
-  float* slice_partials = nullptr;  // small_batch_slice_partials_floats() floats, 16-byte aligned
-  int* slice_counters = nullptr;    // kSpreadMaxTiles, zero before the first launch; each launch leaves them zero
-  static constexpr int64_t kSpreadMaxTiles = 192;
 };
-
-// The floats of slice_partials: 8 slices of 16 x 16 sums per tile.
-inline int64_t small_batch_slice_partials_floats() { return SmallBatchLinearParams::kSpreadMaxTiles * 8 * 256; }
 
 // Partial sums of squares per row that a residual projection of N features writes.
 inline int64_t small_batch_sum_sq_parts(int64_t features) { return (features + 15) / 16; }
@@ -112,8 +99,6 @@ inline size_t small_batch_staging_bytes(const SmallBatchLinearParams& p) {
 // Why the kernel cannot run these parameters, or "" when it can (the caller then uses the general
 // GEMM, which serves every shape).
 std::string small_batch_linear_error(const SmallBatchLinearParams& p);
-// Whether a launch of these parameters spreads its slices over the SMs (slice_partials above).
-bool small_batch_spreads(const SmallBatchLinearParams& p);
 cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStream_t stream);
 
 }  // namespace di::kernels
