@@ -1,11 +1,11 @@
 #include "kernels/gemm/cuda_gemm.h"
 
-#include "core/cuda.h"
-#include "core/error.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+
+#include "core/cuda.h"
+#include "core/error.h"
 
 namespace di::kernels {
 
