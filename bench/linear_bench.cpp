@@ -12,6 +12,8 @@
 // --features N,... runs a one-weight layer (or the SwiGLU pair) at other output widths, --in-features
 // K at another input width, and --max-blocks caps the resident blocks (9 to 16 rows): how the time
 // follows the number of 16-row tiles, the length of each warp's slice of K, and their spread.
+// --weight-tile-rows 8 or 16 sets the weight rows a tile holds from 9 rows for one-weight layers (8:
+// the operands swapped), rather than the kernel's choice; --steps-in-flight then applies to 8 as well.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -71,8 +73,10 @@ struct WeightSet {
   std::vector<cuda::DeviceBuffer<uint16_t>> w;
 };
 
-nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int64_t max_blocks,
-                        kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
+nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight, int weight_tile_rows,
+                        int64_t max_blocks, kernels::CublasLtGemm& gemm, cudaStream_t stream, std::mt19937_64& rng) {
+  const bool one_weight = c.features.size() == 1 && !c.swiglu;
+  const int tile_rows = M > 8 && one_weight ? weight_tile_rows : 0;
   const Input input = fuse && M <= kFusedMaxRows ? c.fused : Input::plain;
   int64_t weight_elems = 0, out_elems = 0;
   for (int64_t n : c.features) weight_elems += n * c.K, out_elems += M * n;
@@ -118,7 +122,8 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
       }
       for (size_t i = 0; i < c.features.size(); ++i)
         p.outputs[i] = {s.w[i].data(), c.swiglu && i == 1 ? nullptr : out[i].data(), c.features[i]};
-      if (M <= 8 && !c.swiglu) p.steps_in_flight = steps_in_flight;
+      if ((M <= 8 && !c.swiglu) || tile_rows == 8) p.steps_in_flight = steps_in_flight;
+      p.weight_tile_rows = tile_rows;
       p.max_blocks = max_blocks;
       DI_CUDA_CHECK(kernels::launch_small_batch_linear(p, stream));
     }
@@ -157,7 +162,7 @@ nlohmann::json run_case(const Case& c, int64_t M, bool fuse, int steps_in_flight
               static_cast<long long>(M), weight_bytes / 1e6, sb_us, sb_tbps, 100.0 * sb_tbps / kCopyTBps, cb_us,
               cb_tbps, 100.0 * cb_tbps / kCopyTBps, cb_us / sb_us);
   std::fflush(stdout);
-  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
+  return {{"case", name}, {"M", M}, {"max_blocks", max_blocks}, {"weight_tile_rows", tile_rows}, {"K", c.K}, {"features", c.features}, {"weight_bytes", weight_bytes},
           {"small_batch_us", sb_us}, {"small_batch_tbps", sb_tbps}, {"cublaslt_us", cb_us},
           {"cublaslt_tbps", cb_tbps}, {"small_batch_ms_medians", {sb1.median_ms, sb2.median_ms}},
           {"cublaslt_ms_medians", {cb1.median_ms, cb2.median_ms}}, {"launches_per_rep", kLaunchesPerRep},
@@ -174,7 +179,7 @@ int main(int argc, char** argv) {
   std::string json_path, only_layer;
   std::vector<int64_t> rows = {1, 2, 4, 8, 16};
   bool fuse = false;
-  int steps_in_flight = 0;
+  int steps_in_flight = 0, weight_tile_rows = 0;
   std::vector<int64_t> widths;
   int64_t in_features = 0, max_blocks = 0;
   app.add_option("--json", json_path, "write the report here");
@@ -184,6 +189,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps-in-flight", steps_in_flight,
                  "weight steps in flight per warp where the kernel may choose (4 or 8; default: its choice)")
       ->check(CLI::IsMember({4, 8}));
+  app.add_option("--weight-tile-rows", weight_tile_rows,
+                 "weight rows a tile holds from 9 rows, one-weight layers (8 or 16; default: the kernel's choice)")
+      ->check(CLI::IsMember({8, 16}));
   app.add_option("--features", widths,
                  "run the chosen one-weight layers (or the SwiGLU pair) at these output widths instead")
       ->delimiter(',')
@@ -199,11 +207,14 @@ int main(int argc, char** argv) {
     kernels::CublasLtGemm gemm;
     std::mt19937_64 rng(20261130);
     if (steps_in_flight != 0) std::printf("(small batch: %d steps in flight per warp up to 8 rows)\n", steps_in_flight);
+    if (weight_tile_rows != 0) std::printf("(small batch: %d-row weight tiles from 9 rows)\n", weight_tile_rows);
     std::printf("| layer | M | weight MB | small-batch us | TB/s | of 4.3 | cuBLASLt us | TB/s | of 4.3 | speed-up |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     nlohmann::json report = {{"provenance", provenance()},
                              {"steps_in_flight", steps_in_flight == 0 ? nlohmann::json("the kernel's choice")
                                                                       : nlohmann::json(steps_in_flight)},
+                             {"weight_tile_rows", weight_tile_rows == 0 ? nlohmann::json("the kernel's choice")
+                                                                        : nlohmann::json(weight_tile_rows)},
                              {"rows", nlohmann::json::array()}};
     int ran = 0;
     for (const Case& c : kCases) {
@@ -225,7 +236,7 @@ int main(int argc, char** argv) {
       }
       for (const Case& v : variants)
         for (int64_t M : rows)
-          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, max_blocks, gemm, stream, rng)), ++ran;
+          report["rows"].push_back(run_case(v, M, fuse, steps_in_flight, weight_tile_rows, max_blocks, gemm, stream, rng)), ++ran;
     }
     if (ran == 0) throw std::runtime_error("no layer's name contains '" + only_layer + "'");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";

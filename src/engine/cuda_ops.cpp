@@ -21,6 +21,13 @@
 
 namespace di {
 
+namespace {
+// Every block of a projection applies the op ahead to all the rows it reads. For one or two rows that
+// costs less than a kernel of its own; from 8 rows it costs the step more than it saves, the GDN
+// output norm (an exp per element) most (docs/benchmarks/decode.md).
+constexpr int64_t kFusedInputMaxRows = 2;
+}  // namespace
+
 // The stream every op runs on, shared with the deleters of the activations allocated on it (their
 // memory is returned to the stream-ordered pool when the last Tensor copy goes).
 struct CudaOps::Stream {
@@ -661,10 +668,6 @@ std::vector<Tensor> CudaOps::linear_projections(const ProjectionInput& in,
 
 ProjectionInput CudaOps::fusable(const ProjectionInput& in) {
   if (in.op == ProjectionInput::Op::none) return in;
-  // Every block of the projection applies the op to all the rows it reads. For one or two rows that
-  // costs less than a kernel of its own; from 8 rows it costs the step more than it saves, the GDN
-  // output norm (an exp per element) most (docs/benchmarks/decode.md).
-  constexpr int64_t kFusedInputMaxRows = 2;
   const int64_t K = in.x.dim(-1), rows = in.x.numel() / K;
   kernels::SmallBatchLinearParams staged{.rows = rows, .in_features = K, .input = kernels::SmallBatchInput::sigmoid_gate};
   if (rows > kFusedInputMaxRows || kernels::small_batch_staging_bytes(staged) > kernels::kMaxSmallBatchStagingBytes)
@@ -736,15 +739,24 @@ std::vector<Tensor> CudaOps::project(const ProjectionInput& input, const std::ve
   p.num_outputs = int(weights.size());
   for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
     p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
+  // The rows' sums of squares only where the next projection can apply its RMS norm from them (up
+  // to kFusedInputMaxRows; from 9 rows, without them, the narrow residual projections take 8-row
+  // weight tiles).
   Tensor sum_sq;
-  if (residual != nullptr && rows <= kernels::SmallBatchLinearParams::kMaxRows) {
-    p.residual = residual->data();
+  const bool sums_out = residual != nullptr && rows <= kFusedInputMaxRows;
+  if (residual != nullptr) p.residual = residual->data();
+  if (sums_out) {
     sum_sq = new_tensor({rows, kernels::small_batch_sum_sq_parts(weights[0]->dim(0))}, DType::f32);
     p.out_sum_sq = sum_sq.as<float>();
   }
   if (small_batch_wins && kernels::small_batch_linear_error(p).empty()) {
     check_launch(kernels::launch_small_batch_linear(p, stream()), "small_batch_linear");
-    if (residual != nullptr) residual_sum_sq_ = ResidualSumSq{y[0], sum_sq};
+    if (residual != nullptr) {
+      if (sums_out)
+        residual_sum_sq_ = ResidualSumSq{y[0], sum_sq};
+      else
+        residual_sum_sq_.reset();
+    }
     return y;
   }
   // Otherwise the input op on its own, a GEMM per weight, and the add.

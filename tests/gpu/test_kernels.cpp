@@ -424,6 +424,7 @@ TEST_F(KernelTest, SmallBatchLinearRowsAreIndependentOfTheBatch) {
 TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
   alignas(16) static const uint16_t x[64] = {}, w[64] = {};
   uint16_t out[64] = {};
+  float squares[64] = {};
   const auto params = [&] {
     kernels::SmallBatchLinearParams p{.x = x, .rows = 2, .in_features = 16, .num_outputs = 1};
     p.outputs[0] = {w, out, 4};
@@ -446,6 +447,16 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.rows = 9;
       },
       "8 steps in flight take one weight per tile and up to 8 rows");
+  refused([](P& p) { p.weight_tile_rows = 12; }, "12 weight rows a tile");
+  refused([](P& p) { p.weight_tile_rows = 8; }, "8-row weight tiles take 9 to 16 rows of one weight");
+  refused(
+      [&](P& p) {
+        p.weight_tile_rows = 8;
+        p.rows = 9;
+        p.residual = x;
+        p.out_sum_sq = squares;
+      },
+      "8-row weight tiles take 9 to 16 rows of one weight, without sums of squares");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -787,6 +798,92 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
       };
       const auto whole = run(0);
       for (int64_t cap : {int64_t(1), int64_t(3), int64_t(7)}) EXPECT_EQ(run(cap), whole) << "blocks capped at " << cap;
+    }
+  }
+}
+
+// From 9 rows, 8-row weight tiles with the operands swapped (the input rows the mma's 16-row operand)
+// give each output the bits of the 16-row tiles: the same products in the same k slots, the same
+// warps' slices added in the same order. Every input op and epilogue the swapped form takes, odd
+// widths and a K that is not a multiple of 32, 4 and 8 steps in flight, the grid capped so that
+// blocks take tile after tile. A row alone (the up-to-8-row kernel) is the anchor of batch
+// invariance, so the swapped rows are also checked against one row at a time.
+TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
+  SCOPED_TRACE(testing::seed_trace(seed_));
+  using Input = kernels::SmallBatchInput;
+  struct Shape {
+    int64_t N, K;
+  };
+  for (const Shape& shape : {Shape{77, 328}, Shape{2560, 1032}, Shape{203, 9216}}) {
+    const TestWeight w = random_weight(shape.N, shape.K, rng_);
+    const int64_t group = shape.K % 24 == 0 ? 24 : shape.K;  // the gated norm's group, a multiple of 8 dividing K
+    const auto norm_w = random_bf16_values(size_t(shape.K), rng_, 0.5f);
+    cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
+    for (int64_t M : {int64_t(9), int64_t(13), int64_t(16)}) {
+      const auto x = random_bf16_values(size_t(M * shape.K), rng_, 2.0f);
+      const auto gate = random_bf16_values(size_t(M * shape.K), rng_, 3.0f);
+      const auto residual = random_bf16_values(size_t(M * shape.N), rng_, 2.0f);
+      auto dx = device_bf16(x), dgate = device_bf16(gate), dres = device_bf16(residual);
+      const int64_t parts = kernels::small_batch_sum_sq_parts(shape.K);
+      std::vector<float> sums(size_t(M * parts), 0.0f);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < shape.K; ++k)
+          sums[size_t(m * parts + k / 16)] += x[size_t(m * shape.K + k)] * x[size_t(m * shape.K + k)];
+      cuda::DeviceBuffer<float> dsums{std::span<const float>(sums)};
+      for (const Input input : {Input::plain, Input::rms_norm, Input::gated_rms_norm, Input::sigmoid_gate})
+        for (const int epilogue : {0, 1, 2}) {  // bf16, bf16 with the residual, float32
+          kernels::SmallBatchLinearParams p{.x = dx.data(), .rows = M, .in_features = shape.K, .num_outputs = 1};
+          p.input = input;
+          if (input == Input::rms_norm) {
+            p.norm_weight = dnorm.data();
+            p.input_sum_sq = dsums.data();
+            p.input_sum_sq_parts = parts;
+          } else if (input == Input::gated_rms_norm) {
+            p.norm_weight = dnorm.data();
+            p.gate = dgate.data();
+            p.group = group;
+          } else if (input == Input::sigmoid_gate) {
+            p.gate = dgate.data();
+          }
+          if (epilogue == 1) p.residual = dres.data();
+          if (epilogue == 2) p.epilogue = kernels::SmallBatchEpilogue::f32;
+          if (kernels::small_batch_staging_bytes(p) > kernels::kMaxSmallBatchStagingBytes) continue;
+          SCOPED_TRACE("N " + std::to_string(shape.N) + " K " + std::to_string(shape.K) + " M " + std::to_string(M) +
+                       " input " + std::to_string(int(input)) + " epilogue " + std::to_string(epilogue));
+          const int64_t elements = M * shape.N * (epilogue == 2 ? 2 : 1);  // in bf16 units
+          const auto run = [&](kernels::SmallBatchLinearParams q) {
+            auto out = poisoned_bf16(size_t(elements));
+            q.outputs[0] = {w.device.data(), out.data(), shape.N};
+            EXPECT_EQ(kernels::small_batch_linear_error(q), "");
+            EXPECT_EQ(kernels::launch_small_batch_linear(q, stream_), cudaSuccess);
+            sync();
+            return out.download();
+          };
+          kernels::SmallBatchLinearParams sixteen = p;
+          sixteen.weight_tile_rows = 16;
+          const std::vector<uint16_t> expected = run(sixteen);
+          for (const int steps : {4, 8})
+            for (const int64_t cap : {int64_t(0), int64_t(5)}) {
+              kernels::SmallBatchLinearParams eight = p;
+              eight.weight_tile_rows = 8;
+              eight.steps_in_flight = steps;
+              eight.max_blocks = cap;
+              EXPECT_EQ(run(eight), expected) << steps << " steps in flight, blocks capped at " << cap;
+            }
+          if (input != Input::plain || epilogue != 1) continue;
+          for (int64_t m : {int64_t(0), M - 1}) {  // the first and last rows alone (the up-to-8-row kernel)
+            kernels::SmallBatchLinearParams one = p;
+            one.x = dx.data() + m * shape.K;
+            one.residual = dres.data() + m * shape.N;
+            one.rows = 1;
+            auto out = poisoned_bf16(size_t(shape.N));
+            one.outputs[0] = {w.device.data(), out.data(), shape.N};
+            ASSERT_EQ(kernels::launch_small_batch_linear(one, stream_), cudaSuccess);
+            sync();
+            const std::vector<uint16_t> alone = out.download();
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), expected.begin() + m * shape.N)) << "row " << m;
+          }
+        }
     }
   }
 }

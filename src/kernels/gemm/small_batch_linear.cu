@@ -152,18 +152,18 @@ struct Tile {
   int64_t row0 = -1;  // its first weight row; -1: no tile
 };
 
-template <int kWeights>
+template <int kWeights, int kRows = kTileRows>
 __device__ __forceinline__ Tile<kWeights> find_tile(const SmallBatchLinearParams& p, int64_t block) {
   Tile<kWeights> t;
 #pragma unroll
   for (int i = 0; i + kWeights <= SmallBatchLinearParams::kMaxOutputs; ++i) {
-    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kTileRows - 1) / kTileRows : 0;
+    const int64_t tiles = i < p.num_outputs ? (p.outputs[i].features + kRows - 1) / kRows : 0;
     if (t.row0 < 0 && block < tiles) {
 #pragma unroll
       for (int j = 0; j < kWeights; ++j) t.weight[j] = static_cast<const uint16_t*>(p.outputs[i + j].weight);
       t.out = p.outputs[i].out;
       t.features = p.outputs[i].features;
-      t.row0 = block * kTileRows;
+      t.row0 = block * kRows;
     }
     block -= tiles;
   }
@@ -444,6 +444,122 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
 }
 
+// 8-row weight tiles (9 to 16 rows of one weight, without sums of squares): the operands swapped.
+// The input rows are the mma's 16-row operand and a tile's 8 weight rows its 8-column one, so a
+// launch has twice the tiles of the form above (320 rather than 160 for a 2,560-wide layer) and three
+// blocks of them fit an SM: more warps stream whole rows at once, and the SMs that hold one more
+// tile than the rest hold a third more bytes rather than twice as many. Thread (g, q) loads the same
+// 16 bytes of k as above, of weight row g and input rows g and g + 8, into the same k slots of the
+// two mmas, and a product is the same whichever operand it comes from: each output is the same sum in
+// the same order as in the 16-row tiles, bit for bit (tested).
+__device__ __forceinline__ void mma_step_swapped(float (&c)[kFragment], const uint4& x_g, const uint4& x_g8,
+                                                 const uint4& row_g) {
+  mma_bf16(c, x_g.x, x_g8.x, x_g.y, x_g8.y, row_g.x, row_g.y);
+  mma_bf16(c, x_g.z, x_g8.z, x_g.w, x_g8.w, row_g.z, row_g.w);
+}
+
+constexpr int kSwappedTileRows = 8;
+
+// The block's sums of one 8-row tile, added across its warps in warp order as store_tile adds them,
+// and written with the bf16 (plus residual) or float32 epilogue. Every thread of the block calls it.
+__device__ __forceinline__ void store_swapped_tile(const SmallBatchLinearParams& p, const Tile<1>& tile,
+                                                   const float (&acc)[kFragment]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float partial[kWarps][32 * kFragment];
+#pragma unroll
+  for (int i = 0; i < kFragment; ++i) partial[warp][lane * kFragment + i] = acc[i];
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= 32 * kFragment) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += partial[w][t];
+  // Accumulator element i of lane l: input row l / 4 (+ 8 for i >= 2), weight row 2 (l % 4) + i % 2.
+  const int l = t / kFragment, i = t % kFragment;
+  const int64_t m = l / 4 + (i >= 2 ? 8 : 0), n = tile.row0 + 2 * (l % 4) + (i % 2), N = tile.features;
+  if (m >= p.rows || n >= N) return;
+  const int64_t at = m * N + n;
+  if (p.epilogue == SmallBatchEpilogue::f32) {
+    static_cast<float*>(tile.out)[at] = sum;
+  } else if (p.residual != nullptr) {  // rounded, then added as the add kernel adds
+    const float y = round_bf16(round_bf16(sum) + to_f32(static_cast<const bf16*>(p.residual)[at]));
+    static_cast<bf16*>(tile.out)[at] = to_bf16(y);
+  } else {
+    static_cast<bf16*>(tile.out)[at] = to_bf16(sum);
+  }
+}
+
+// The resident kernel's walk over the tiles, with 8-row tiles and the operands swapped. kUnroll:
+// the steps of weights in flight per warp (16 bytes a thread each); with 8, two blocks an SM (three
+// spill).
+template <SmallBatchInput kInput, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32, kUnroll == 8 ? 2 : 3)
+    swapped_small_batch_linear_kernel(SmallBatchLinearParams p, int64_t tiles) {
+  int64_t index = blockIdx.x;
+  if (find_tile<1, kSwappedTileRows>(p, index).row0 < 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int K = int(p.in_features);  // at most 2^30 (small_batch_linear_error)
+
+  // This thread's weight row (rows past N read row N - 1; their sums are dropped) and its two input
+  // rows (rows past M read as zeros).
+  const uint16_t* w_row = nullptr;
+  const auto find_row = [&](const Tile<1>& t) {
+    const int64_t r = t.row0 + g, N = t.features;
+    w_row = t.weight[0] + (r < N ? r : N - 1) * K;
+  };
+  const bool has_x0 = g < p.rows, has_x1 = 8 + g < p.rows;
+
+  const int steps = (K + kStepK - 1) / kStepK;
+  const int first = steps * warp / kWarps, last = steps * (warp + 1) / kWarps;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 w[kUnroll];
+  const auto load_weights = [&](int s0, auto when) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (s0 + u) * kStepK + 8 * q;
+      w[u] = s0 + u < last && k < K ? load_weights16<decltype(when)>(w_row + k) : zero;
+    }
+  };
+  find_row(find_tile<1, kSwappedTileRows>(p, index));
+  load_weights(first, AheadOfWait{});
+  wait_for_prior_grid();
+  allow_dependent_grid();
+  extern __shared__ uint4 staged[];
+  const int row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
+  if constexpr (kInput != SmallBatchInput::plain) {
+    __shared__ float scale[kInput == SmallBatchInput::gated_rms_norm ? SmallBatchLinearParams::kMaxNormScales
+                                                                      : SmallBatchLinearParams::kMaxRows];
+    stage_input_rows<kInput>(p, staged, scale, K, row_chunks);
+  }
+  const auto input = [&](int m, int k, bool in) {
+    if constexpr (kInput == SmallBatchInput::plain)
+      return in ? load_input<kInput>(p, m, k, nullptr) : zero;
+    else
+      return in ? staged[m * row_chunks + k / 8] : zero;
+  };
+  while (true) {
+    float acc[kFragment] = {};
+    for (int s0 = first; s0 < last; s0 += kUnroll) {
+      if (s0 != first) load_weights(s0, InStepLoop{});
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int k = (s0 + u) * kStepK + 8 * q;
+        const bool in = s0 + u < last && k < K;
+        mma_step_swapped(acc, input(g, k, in && has_x0), input(8 + g, k, in && has_x1), w[u]);
+      }
+    }
+    const int64_t next = index + gridDim.x;
+    if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
+      find_row(find_tile<1, kSwappedTileRows>(p, next));
+      load_weights(first, InStepLoop{});
+    }
+    store_swapped_tile(p, find_tile<1, kSwappedTileRows>(p, index), acc);
+    if (next >= tiles) break;
+    __syncthreads();  // store_swapped_tile's shared memory is free for the next tile
+    index = next;
+  }
+}
+
 using Kernel = void (*)(SmallBatchLinearParams, int64_t);
 
 template <int kWeights, SmallBatchInput kInput>
@@ -452,6 +568,18 @@ Kernel pick_tiles(bool two_tiles, bool narrow) {
   if constexpr (kWeights == 1)
     if (narrow) return small_batch_linear_kernel<1, 1, kInput, true>;
   return small_batch_linear_kernel<kWeights, 1, kInput>;
+}
+
+template <int kUnroll>
+Kernel pick_swapped(SmallBatchInput input) {
+  switch (input) {
+    case SmallBatchInput::rms_norm: return swapped_small_batch_linear_kernel<SmallBatchInput::rms_norm, kUnroll>;
+    case SmallBatchInput::gated_rms_norm:
+      return swapped_small_batch_linear_kernel<SmallBatchInput::gated_rms_norm, kUnroll>;
+    case SmallBatchInput::sigmoid_gate: return swapped_small_batch_linear_kernel<SmallBatchInput::sigmoid_gate, kUnroll>;
+    case SmallBatchInput::plain: break;
+  }
+  return swapped_small_batch_linear_kernel<SmallBatchInput::plain, kUnroll>;
 }
 
 // The SwiGLU pair takes a plain or RMS-normed input (the MLP's); one weight takes any.
@@ -475,17 +603,23 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   int64_t tiles = 0;
   for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
   const bool two_tiles = p.rows > 8;
+  // From 9 rows, narrow launches of one weight take 8-row tiles with the operands swapped.
+  const bool swappable = two_tiles && p.num_outputs == 1 && p.epilogue != SmallBatchEpilogue::swiglu &&
+                         p.out_sum_sq == nullptr;
+  const bool swapped = p.weight_tile_rows == 0 ? swappable && tiles <= kNarrowTiles : p.weight_tile_rows == 8;
+  if (swapped) tiles = (p.outputs[0].features + kSwappedTileRows - 1) / kSwappedTileRows;
   const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;
                                                                              // the up weight is outputs[1]
   // Few tiles (the 2,560-wide projections: 160 for 132 SMs) over a K of at most 4,096: deeper loads
   // per warp (kDeep above).
-  constexpr int64_t kNarrowTiles = 192, kNarrowMaxK = 4096;
+  constexpr int64_t kNarrowMaxK = 4096;
   const bool narrow = p.steps_in_flight == 0 ? tiles <= kNarrowTiles && p.in_features <= kNarrowMaxK
                                              : p.steps_in_flight == 8;
-  const Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
-                                                                  : pick_kernel<1>(p.input, two_tiles, narrow);
+  Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
+                                                            : pick_kernel<1>(p.input, two_tiles, narrow);
+  if (swapped) kernel = p.steps_in_flight == 8 ? pick_swapped<8>(p.input) : pick_swapped<4>(p.input);
   // A plain input stages nothing: the kernel asks for as much L1 as its blocks leave (kernels/carveout.h).
   if (smem == 0)
     if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kWarps * 32);

@@ -74,16 +74,26 @@ struct SmallBatchLinearParams {
   float* out_sum_sq = nullptr;
 
   // Steps of weights (32 of K each) a warp keeps in flight, where each block takes one tile of one
-  // weight's rows (up to 8 rows, not swiglu): 4 or 8, or 0 for the kernel's choice (8 for launches
-  // of at most 192 tiles over a K of at most 4,096, else 4). The same bits either way: a bench's way
-  // to compare the two on any layer.
+  // weight's rows (up to 8 rows, not swiglu) or in 8-row weight tiles: 4 or 8, or 0 for the kernel's
+  // choice (8 for launches of at most kNarrowTiles tiles over a K of at most 4,096 up to 8 rows, else
+  // 4). The same bits either way: a bench's way to compare the two on any layer.
   int steps_in_flight = 0;
+
+  // Weight rows per tile from 9 rows: 16 (the weights the mma's 16-row operand, the input rows two
+  // 8-column ones), 8 (the operands swapped: the input rows the 16-row operand, twice the tiles; one
+  // weight, bf16 or float32 out, no sums of squares), or 0 for the kernel's choice (8 where it can,
+  // for launches of at most kNarrowTiles 16-row tiles). The same bits either way.
+  int weight_tile_rows = 0;
 
   // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
   // at once). Each takes every gridDim-th tile of 16 rows, so a small cap gives each block many (a
   // test's way to reach that). Ignored where each block takes one tile.
   int64_t max_blocks = 0;
 };
+
+// Launches of at most this many 16-row tiles (the 2,560-wide projections: 160 for 132 SMs) are
+// narrow: up to 8 rows their warps keep more steps in flight, from 9 rows their tiles are 8 rows.
+constexpr int64_t kNarrowTiles = 192;
 
 // Partial sums of squares per row that a residual projection of N features writes.
 inline int64_t small_batch_sum_sq_parts(int64_t features) { return (features + 15) / 16; }
