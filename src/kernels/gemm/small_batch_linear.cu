@@ -541,12 +541,18 @@ __global__ void __launch_bounds__(kWarps * 32, kUnroll == 8 ? 2 : 3)
     float acc[kFragment] = {};
     for (int s0 = first; s0 < last; s0 += kUnroll) {
       if (s0 != first) load_weights(s0, InStepLoop{});
+      // Every step's inputs issued before the first mma: loaded one step ahead of their use instead,
+      // each step waits out a round trip to the L2 (measured: the 16-row launch 5% slower).
+      uint4 x[kUnroll][2];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int k = (s0 + u) * kStepK + 8 * q;
         const bool in = s0 + u < last && k < K;
-        mma_step_swapped(acc, input(g, k, in && has_x0), input(8 + g, k, in && has_x1), w[u]);
+        x[u][0] = input(g, k, in && has_x0);
+        x[u][1] = input(8 + g, k, in && has_x1);
       }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) mma_step_swapped(acc, x[u][0], x[u][1], w[u]);
     }
     const int64_t next = index + gridDim.x;
     if (next < tiles) {  // the next tile's first weights, in flight while this one is stored
