@@ -448,7 +448,7 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
       },
       "8 steps in flight take one weight per tile and up to 8 rows");
   refused([](P& p) { p.weight_tile_rows = 12; }, "12 weight rows a tile");
-  refused([](P& p) { p.weight_tile_rows = 8; }, "8-row weight tiles take 9 to 16 rows of one weight");
+  refused([](P& p) { p.weight_tile_rows = 8; }, "8-row weight tiles take 9 to 16 rows");
   refused(
       [&](P& p) {
         p.weight_tile_rows = 8;
@@ -456,7 +456,7 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.residual = x;
         p.out_sum_sq = squares;
       },
-      "8-row weight tiles take 9 to 16 rows of one weight, without sums of squares");
+      "8-row weight tiles take 9 to 16 rows, one weight a tile, without sums of squares");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -805,8 +805,8 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
 // From 9 rows, 8-row weight tiles with the operands swapped (the input rows the mma's 16-row operand)
 // give each output the bits of the 16-row tiles: the same products in the same k slots, the same
 // warps' slices added in the same order. Every input op and epilogue the swapped form takes, odd
-// widths and a K that is not a multiple of 32, 4 and 8 steps in flight, the grid capped so that
-// blocks take tile after tile. A row alone (the up-to-8-row kernel) is the anchor of batch
+// widths and a K that is not a multiple of 32, two weights in one launch, 4 and 8 steps in flight,
+// the grid capped so that blocks take tile after tile. A row alone (the up-to-8-row kernel) is the anchor of batch
 // invariance, so the swapped rows are also checked against one row at a time.
 TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
   SCOPED_TRACE(testing::seed_trace(seed_));
@@ -870,6 +870,24 @@ TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
               eight.max_blocks = cap;
               EXPECT_EQ(run(eight), expected) << steps << " steps in flight, blocks capped at " << cap;
             }
+          if (input == Input::plain && epilogue != 1) {  // two weights of one input, tiles of both in one launch
+            const TestWeight w2 = random_weight(45, shape.K, rng_);
+            const auto two = [&](int rows_a_tile) {
+              kernels::SmallBatchLinearParams q = p;
+              q.num_outputs = 2;
+              q.weight_tile_rows = rows_a_tile;
+              auto out = poisoned_bf16(size_t(elements)), out2 = poisoned_bf16(size_t(M * 45 * (epilogue == 2 ? 2 : 1)));
+              q.outputs[0] = {w.device.data(), out.data(), shape.N};
+              q.outputs[1] = {w2.device.data(), out2.data(), 45};
+              EXPECT_EQ(kernels::small_batch_linear_error(q), "");
+              EXPECT_EQ(kernels::launch_small_batch_linear(q, stream_), cudaSuccess);
+              sync();
+              return std::make_pair(out.download(), out2.download());
+            };
+            const auto expected_two = two(16);
+            EXPECT_EQ(expected_two.first, expected);
+            EXPECT_EQ(two(8), expected_two) << "two weights in 8-row tiles";
+          }
           if (input != Input::plain || epilogue != 1) continue;
           for (int64_t m : {int64_t(0), M - 1}) {  // the first and last rows alone (the up-to-8-row kernel)
             kernels::SmallBatchLinearParams one = p;

@@ -613,7 +613,10 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   const bool swappable = two_tiles && p.num_outputs == 1 && p.epilogue != SmallBatchEpilogue::swiglu &&
                          p.out_sum_sq == nullptr;
   const bool swapped = p.weight_tile_rows == 0 ? swappable && tiles <= kNarrowTiles : p.weight_tile_rows == 8;
-  if (swapped) tiles = (p.outputs[0].features + kSwappedTileRows - 1) / kSwappedTileRows;
+  if (swapped) {
+    tiles = 0;
+    for (int i = 0; i < p.num_outputs; ++i) tiles += (p.outputs[i].features + kSwappedTileRows - 1) / kSwappedTileRows;
+  }
   const size_t smem = small_batch_staging_bytes(p);
   SmallBatchLinearParams launched = p;
   if (p.epilogue == SmallBatchEpilogue::swiglu) launched.num_outputs = 1;  // find_tile walks the gate's tiles;

@@ -80,9 +80,9 @@ struct SmallBatchLinearParams {
   int steps_in_flight = 0;
 
   // Weight rows per tile from 9 rows: 16 (the weights the mma's 16-row operand, the input rows two
-  // 8-column ones), 8 (the operands swapped: the input rows the 16-row operand, twice the tiles; one
-  // weight, bf16 or float32 out, no sums of squares), or 0 for the kernel's choice (8 where it can,
-  // for launches of at most kNarrowTiles 16-row tiles). The same bits either way.
+  // 8-column ones), 8 (the operands swapped: the input rows the 16-row operand, twice the tiles; not
+  // swiglu, no sums of squares), or 0 for the kernel's choice (8 for one weight of at most
+  // kNarrowTiles 16-row tiles). The same bits either way.
   int weight_tile_rows = 0;
 
   // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
