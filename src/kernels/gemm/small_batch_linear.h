@@ -6,7 +6,9 @@
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
-// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored;
+// a narrow launch of one weight (a 2,560-wide projection) then takes tiles of 8 weight rows with the
+// operands swapped, the input rows the 16-row operand, so that twice the tiles spread over the SMs.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
