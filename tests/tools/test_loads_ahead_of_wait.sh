@@ -52,10 +52,14 @@ for object in small_batch_linear.cu.o norm.cu.o prep.cu.o decode_step.cu.o; do
   "$cuobjdump" -sass "$path" >"$work/$object.sass" 2>&1 || { echo "FAIL - cuobjdump $path: $(head -3 "$work/$object.sass")"; failures=$((failures + 1)); continue; }
   sass+=("$work/$object.sass")
 done
-# Every small-batch kernel issues its first step group (8 loads) before the wait; the one-token conv,
-# the GDN decode step and the vectorised norms their weights, state or parameters.
+# Every small-batch kernel issues its first step group before the wait (8 loads; 4 in 8-row tiles,
+# one weight row a thread); the one-token conv, the GDN decode step and the vectorised norms their
+# weights, state or parameters.
 out=$(python3 "$tool" "${sass[@]}" \
-  --expect 'small_batch_linear_kernel>=8' \
+  --expect '[0-9]small_batch_linear_kernel>=8' \
+  --expect 'resident_small_batch_linear_kernel>=8' \
+  --expect 'swapped_small_batch_linear_kernel.*Li4EEEv>=4' \
+  --expect 'swapped_small_batch_linear_kernel.*Li8EEEv>=8' \
   --expect 'gdn_decode_step_kernel>=1' \
   --expect 'd_silu_one_token_kernel>=1' \
   --expect 'rms_norm_kernelI(Lb[01]E)?Li(4|8|16|32)E>=1' \
