@@ -524,6 +524,9 @@ __global__ void __launch_bounds__(kWarps * 32, kUnroll == 8 ? 2 : 3)
   load_weights(first, AheadOfWait{});
   wait_for_prior_grid();
   allow_dependent_grid();
+  // The input staging as the kernels above write it out. One helper for the three (the factors'
+  // shared array declared in it) moved that array and changed the RMS-norm kernels' machine code,
+  // whose speed docs/benchmarks/decode.md measured.
   extern __shared__ uint4 staged[];
   const int row_chunks = K / 8 + 1;  // 16-byte chunks per staged row
   if constexpr (kInput != SmallBatchInput::plain) {
