@@ -17,7 +17,8 @@ namespace di::kernels {
 struct CarveoutQuery {
   int regs_per_thread = 0;   // cudaFuncAttributes::numRegs
   int block_threads = 0;
-  size_t static_smem = 0;    // cudaFuncAttributes::sharedSizeBytes (no dynamic shared memory)
+  size_t static_smem = 0;    // cudaFuncAttributes::sharedSizeBytes
+  size_t dynamic_smem = 0;   // a launch's dynamic shared memory per block
   int regs_per_sm = 0;       // cudaDevAttrMaxRegistersPerMultiprocessor
   int threads_per_sm = 0;    // cudaDevAttrMaxThreadsPerMultiProcessor
   int max_smem_per_sm = 0;   // cudaDevAttrMaxSharedMemoryPerMultiprocessor
@@ -40,7 +41,8 @@ constexpr int blocks_by_registers(const CarveoutQuery& q) {
 // The least carveout (percent, rounded up) whose shared memory holds blocks_by_registers(q) blocks.
 constexpr int least_shared_memory_percent(const CarveoutQuery& q) {
   if (q.max_smem_per_sm <= 0) return 100;
-  const size_t needed = size_t(blocks_by_registers(q)) * (q.static_smem + kSharedMemoryReservedPerBlock);
+  const size_t needed =
+      size_t(blocks_by_registers(q)) * (q.static_smem + q.dynamic_smem + kSharedMemoryReservedPerBlock);
   const size_t most = size_t(q.max_smem_per_sm);
   return int(std::min<size_t>(100, (needed * 100 + most - 1) / most));
 }

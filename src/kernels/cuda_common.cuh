@@ -225,9 +225,9 @@ inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b
 // current device; asked of the runtime once per device, kernel and size (cuda_launch_limits.cpp).
 cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes);
 // Asks for the least shared memory (the most L1) that holds as many of `kernel`'s blocks as its
-// registers allow, for a kernel without dynamic shared memory (kernels/carveout.h); once per device
-// and kernel.
-cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads);
+// registers allow, each with `dynamic_bytes` of dynamic shared memory (kernels/carveout.h); worked out
+// once per device, kernel and size, and set on the kernel when it differs from what was set last.
+cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads, size_t dynamic_bytes = 0);
 // How many blocks of `kernel`, `block_threads` threads and `smem` bytes of dynamic shared memory each,
 // the current device holds at once: the occupancy calculator's figure times the SMs, at least 1.
 cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks);

@@ -50,11 +50,11 @@ cudaError_t allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
   });
 }
 
-cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads) {
-  bool set = false;
-  return remembered(kernel, block_threads, 0, set, [](const LaunchQuery& q, bool& ok) {
+cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads, size_t dynamic_bytes) {
+  int percent = 0;
+  cudaError_t e = remembered(kernel, block_threads, dynamic_bytes, percent, [](const LaunchQuery& q, int& out) {
     cudaFuncAttributes a{};
-    CarveoutQuery c{.block_threads = q.block_threads};
+    CarveoutQuery c{.block_threads = q.block_threads, .dynamic_smem = q.bytes};
     cudaError_t e = cudaFuncGetAttributes(&a, q.kernel);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&c.regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, q.device);
     if (e == cudaSuccess)
@@ -64,10 +64,26 @@ cudaError_t prefer_least_shared_memory(const void* kernel, int block_threads) {
     if (e != cudaSuccess) return e;
     c.regs_per_thread = a.numRegs;
     c.static_smem = a.sharedSizeBytes;
-    e = cudaFuncSetAttribute(q.kernel, cudaFuncAttributePreferredSharedMemoryCarveout, least_shared_memory_percent(c));
-    ok = e == cudaSuccess;
-    return e;
+    out = least_shared_memory_percent(c);
+    return cudaSuccess;
   });
+  if (e != cudaSuccess) return e;
+  // The carveout is the kernel's attribute, not the launch's: set again only when a launch of
+  // another size wants another one.
+  static std::mutex mutex;
+  static std::vector<std::pair<LaunchQuery, int>> set;  // per device and kernel: the percent last set
+  LaunchQuery which{0, kernel, 0, 0};
+  if ((e = cudaGetDevice(&which.device)) != cudaSuccess) return e;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = std::find_if(set.begin(), set.end(), [&](const auto& s) { return s.first == which; });
+  if (it != set.end() && it->second == percent) return cudaSuccess;
+  if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent)) != cudaSuccess)
+    return e;
+  if (it == set.end())
+    set.emplace_back(which, percent);
+  else
+    it->second = percent;
+  return cudaSuccess;
 }
 
 cudaError_t resident_blocks(const void* kernel, int block_threads, size_t smem, int64_t& blocks) {

@@ -53,6 +53,18 @@ TEST(Carveout, TheLeastSharedMemoryThatHoldsThoseBlocks) {
   EXPECT_EQ(least_shared_memory_percent(h200(78, 256, 4608)), 8);
 }
 
+TEST(Carveout, AStagedLaunchCountsItsDynamicSharedMemory) {
+  // The one-tile kernel with an RMS norm on the way in: 4,672 static bytes, and one row of K = 2,560
+  // staged (321 chunks of 16 bytes) or two. Three blocks of (4,672 + 5,136 + 1,024) bytes take 14% of
+  // 228 KB; with two rows staged 21%.
+  CarveoutQuery one_row = h200(78, 256, 4672), two_rows = one_row;
+  one_row.dynamic_smem = 321 * 16;
+  two_rows.dynamic_smem = 2 * 321 * 16;
+  EXPECT_EQ(least_shared_memory_percent(one_row), 14);
+  EXPECT_EQ(least_shared_memory_percent(two_rows), 21);
+  EXPECT_LT(least_shared_memory_percent(h200(78, 256, 4672)), least_shared_memory_percent(one_row));
+}
+
 TEST(Carveout, AnUnknownDeviceGetsTheMostSharedMemory) {
   CarveoutQuery q = h200(64, 256, 1024);
   q.max_smem_per_sm = 0;

@@ -632,17 +632,17 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   Kernel kernel = p.epilogue == SmallBatchEpilogue::swiglu ? pick_kernel<2>(p.input, two_tiles, narrow)
                                                             : pick_kernel<1>(p.input, two_tiles, narrow);
   if (swapped) kernel = p.steps_in_flight == 8 ? pick_swapped<8>(p.input) : pick_swapped<4>(p.input);
-  // A plain input stages nothing: the kernel asks for as much L1 as its blocks leave (kernels/carveout.h).
-  if (smem == 0)
-    if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kWarps * 32);
-        e != cudaSuccess)
-      return e;
   if (smem > 0) {
     // Static and dynamic shared memory together pass 48 KB only where the kernel allows it: raised
     // once per kernel to the most any launch stages.
     const cudaError_t e = allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kMaxSmallBatchStagingBytes);
     if (e != cudaSuccess) return e;
   }
+  // The kernel asks for as much L1 as its blocks leave (kernels/carveout.h), its staged input rows
+  // counted.
+  if (const cudaError_t e = prefer_least_shared_memory(reinterpret_cast<const void*>(kernel), kWarps * 32, smem);
+      e != cudaSuccess)
+    return e;
   // Blocks: resident ones, as many as fit at once (each takes every gridDim-th tile) or fewer where
   // asked; otherwise one per tile.
   int64_t blocks = tiles;
