@@ -740,8 +740,8 @@ std::vector<Tensor> CudaOps::project(const ProjectionInput& input, const std::ve
   for (size_t i = 0; i < weights.size() && i < size_t(p.kMaxOutputs); ++i)
     p.outputs[i] = {device_weight(*weights[i], "linear"), y[i].data(), weights[i]->dim(0)};
   // The rows' sums of squares only where the next projection can apply its RMS norm from them (up
-  // to kFusedInputMaxRows; from 9 rows, without them, the narrow residual projections take 8-row
-  // weight tiles).
+  // to kFusedInputMaxRows; beyond, without them, the narrow residual projections take 8-row weight
+  // tiles).
   Tensor sum_sq;
   const bool sums_out = residual != nullptr && rows <= kFusedInputMaxRows;
   if (residual != nullptr) p.residual = residual->data();

@@ -448,7 +448,14 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
       },
       "8 steps in flight take one weight per tile and up to 8 rows");
   refused([](P& p) { p.weight_tile_rows = 12; }, "12 weight rows a tile");
-  refused([](P& p) { p.weight_tile_rows = 8; }, "8-row weight tiles take 9 to 16 rows");
+  refused(
+      [](P& p) {
+        p.weight_tile_rows = 8;
+        p.epilogue = kernels::SmallBatchEpilogue::swiglu;
+        p.num_outputs = 2;
+        p.outputs[1] = p.outputs[0];
+      },
+      "8-row weight tiles take one weight a tile");
   refused(
       [&](P& p) {
         p.weight_tile_rows = 8;
@@ -456,7 +463,7 @@ TEST(SmallBatchLinear, RefusesWhatItCannotRun) {
         p.residual = x;
         p.out_sum_sq = squares;
       },
-      "8-row weight tiles take 9 to 16 rows, one weight a tile, without sums of squares");
+      "8-row weight tiles take one weight a tile, without sums of squares");
   refused([](P& p) { p.rows = 0; }, "0 rows");
   refused([](P& p) { p.in_features = 12; }, "12 input features");
   refused([](P& p) { p.x = x + 1; }, "input is null or not 16-byte aligned");
@@ -802,7 +809,7 @@ TEST_F(KernelTest, SmallBatchLinearBlocksTakeTileAfterTile) {
   }
 }
 
-// From 9 rows, 8-row weight tiles with the operands swapped (the input rows the mma's 16-row operand)
+// At any row count, 8-row weight tiles with the operands swapped (the input rows the mma's 16-row operand)
 // give each output the bits of the 16-row tiles: the same products in the same k slots, the same
 // warps' slices added in the same order. Every input op and epilogue the swapped form takes, odd
 // widths and a K that is not a multiple of 32, two weights in one launch, 4 and 8 steps in flight,
@@ -814,12 +821,13 @@ TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
   struct Shape {
     int64_t N, K;
   };
+  int compared = 0;  // cases compared; the plain input alone gives 3 shapes x 6 row counts x 3 epilogues
   for (const Shape& shape : {Shape{77, 328}, Shape{2560, 1032}, Shape{203, 9216}}) {
     const TestWeight w = random_weight(shape.N, shape.K, rng_);
     const int64_t group = shape.K % 24 == 0 ? 24 : shape.K;  // the gated norm's group, a multiple of 8 dividing K
     const auto norm_w = random_bf16_values(size_t(shape.K), rng_, 0.5f);
     cuda::DeviceBuffer<float> dnorm{std::span<const float>(norm_w)};
-    for (int64_t M : {int64_t(9), int64_t(13), int64_t(16)}) {
+    for (int64_t M : {int64_t(1), int64_t(5), int64_t(8), int64_t(9), int64_t(13), int64_t(16)}) {
       const auto x = random_bf16_values(size_t(M * shape.K), rng_, 2.0f);
       const auto gate = random_bf16_values(size_t(M * shape.K), rng_, 3.0f);
       const auto residual = random_bf16_values(size_t(M * shape.N), rng_, 2.0f);
@@ -847,7 +855,10 @@ TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
           }
           if (epilogue == 1) p.residual = dres.data();
           if (epilogue == 2) p.epilogue = kernels::SmallBatchEpilogue::f32;
-          if (kernels::small_batch_staging_bytes(p) > kernels::kMaxSmallBatchStagingBytes) continue;
+          // Cases the kernel refuses in any tile form (the staging or the norm groups past their limits).
+          kernels::SmallBatchLinearParams placed = p;  // an output in place, as run() gives it
+          placed.outputs[0] = {w.device.data(), dres.data(), shape.N};
+          if (!kernels::small_batch_linear_error(placed).empty()) continue;
           SCOPED_TRACE("N " + std::to_string(shape.N) + " K " + std::to_string(shape.K) + " M " + std::to_string(M) +
                        " input " + std::to_string(int(input)) + " epilogue " + std::to_string(epilogue));
           const int64_t elements = M * shape.N * (epilogue == 2 ? 2 : 1);  // in bf16 units
@@ -870,6 +881,7 @@ TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
               eight.max_blocks = cap;
               EXPECT_EQ(run(eight), expected) << steps << " steps in flight, blocks capped at " << cap;
             }
+          ++compared;
           if (input == Input::plain && epilogue != 1) {  // two weights of one input, tiles of both in one launch
             const TestWeight w2 = random_weight(45, shape.K, rng_);
             const auto two = [&](int rows_a_tile) {
@@ -904,6 +916,7 @@ TEST_F(KernelTest, SmallBatchLinearSwappedTilesKeepTheBits) {
         }
     }
   }
+  EXPECT_GT(compared, 3 * 6 * 3);  // and some with an input op
 }
 
 // Sequences of a batch as (n_tokens, slot) with the conv state carried in a pool of slots; then a

@@ -53,8 +53,8 @@ std::string small_batch_linear_error(const SmallBatchLinearParams& p) {
     return "8 steps in flight take one weight per tile and up to 8 rows, or 8-row weight tiles";
   if (p.weight_tile_rows != 0 && p.weight_tile_rows != 8 && p.weight_tile_rows != 16)
     return fmt::format("{} weight rows a tile (0 for the kernel's choice, 8 or 16)", p.weight_tile_rows);
-  if (p.weight_tile_rows == 8 && (p.rows <= 8 || p.epilogue == SmallBatchEpilogue::swiglu || p.out_sum_sq != nullptr))
-    return "8-row weight tiles take 9 to 16 rows, one weight a tile, without sums of squares";
+  if (p.weight_tile_rows == 8 && (p.epilogue == SmallBatchEpilogue::swiglu || p.out_sum_sq != nullptr))
+    return "8-row weight tiles take one weight a tile, without sums of squares";
   if (small_batch_staging_bytes(p) > kMaxSmallBatchStagingBytes)
     return fmt::format("{} rows of {} features to stage for the input op (at most {} bytes)", p.rows, p.in_features,
                        kMaxSmallBatchStagingBytes);

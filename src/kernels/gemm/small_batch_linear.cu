@@ -444,7 +444,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWeights * kInputTiles == 1 ? 3 :
   }
 }
 
-// 8-row weight tiles (9 to 16 rows of one weight, without sums of squares): the operands swapped.
+// 8-row weight tiles (one weight, without sums of squares; the kernel's choice for narrow launches from
+// kSwappedMinRows rows): the operands swapped.
 // The input rows are the mma's 16-row operand and a tile's 8 weight rows its 8-column one, so a
 // launch has twice the tiles of the form above (320 rather than 160 for a 2,560-wide layer) and three
 // blocks of them fit an SM: more warps stream whole rows at once, and the SMs that hold one more
@@ -459,6 +460,9 @@ __device__ __forceinline__ void mma_step_swapped(float (&c)[kFragment], const ui
 }
 
 constexpr int kSwappedTileRows = 8;
+// Narrow launches from this many rows take the 8-row tiles (the kernel's choice); at one and two rows
+// the residual projections write sums of squares, which only the 16-row tiles do.
+constexpr int64_t kSwappedMinRows = 3;
 
 // The block's sums of one 8-row tile, added across its warps in warp order as store_tile adds them,
 // and written with the bf16 (plus residual) or float32 epilogue. Every thread of the block calls it.
@@ -612,8 +616,8 @@ cudaError_t launch_small_batch_linear(const SmallBatchLinearParams& p, cudaStrea
   int64_t tiles = 0;
   for (int i = 0; i < tiled; ++i) tiles += (p.outputs[i].features + kTileRows - 1) / kTileRows;
   const bool two_tiles = p.rows > 8;
-  // From 9 rows, narrow launches of one weight take 8-row tiles with the operands swapped.
-  const bool swappable = two_tiles && p.num_outputs == 1 && p.epilogue != SmallBatchEpilogue::swiglu &&
+  // From kSwappedMinRows rows, narrow launches of one weight take 8-row tiles with the operands swapped.
+  const bool swappable = p.rows >= kSwappedMinRows && p.num_outputs == 1 && p.epilogue != SmallBatchEpilogue::swiglu &&
                          p.out_sum_sq == nullptr;
   const bool swapped = p.weight_tile_rows == 0 ? swappable && tiles <= kNarrowTiles : p.weight_tile_rows == 8;
   if (swapped) {

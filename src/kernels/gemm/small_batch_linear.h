@@ -6,9 +6,10 @@
 // the bandwidth unused. Here each block streams 16 weight rows across 8 warps (each a slice of K),
 // on mma.sync with the rows as the 16-row operand and the inputs as one or two 8-column operands, so
 // the tensor cores do the arithmetic and the loads are 16-byte vectors. From 9 rows the blocks stay
-// resident and take tile after tile, each tile's first weights loaded while the one before is stored;
-// a narrow launch of one weight (a 2,560-wide projection) then takes tiles of 8 weight rows with the
-// operands swapped, the input rows the 16-row operand, so that twice the tiles spread over the SMs.
+// resident and take tile after tile, each tile's first weights loaded while the one before is stored.
+// From 3 rows a narrow launch of one weight (a 2,560-wide projection) takes tiles of 8 weight rows
+// with the operands swapped, the input rows the 16-row operand, so that twice the tiles spread over
+// the SMs.
 //
 // One launch serves up to four weights that read the same input (a GDN layer's four input
 // projections, an attention layer's three), or the MLP's gate and up projections with SwiGLU applied
@@ -81,10 +82,10 @@ struct SmallBatchLinearParams {
   // 4). The same bits either way: a bench's way to compare the two on any layer.
   int steps_in_flight = 0;
 
-  // Weight rows per tile from 9 rows: 16 (the weights the mma's 16-row operand, the input rows two
+  // Weight rows per tile: 16 (the weights the mma's 16-row operand, the input rows one or two
   // 8-column ones), 8 (the operands swapped: the input rows the 16-row operand, twice the tiles; not
   // swiglu, no sums of squares), or 0 for the kernel's choice (8 for one weight of at most
-  // kNarrowTiles 16-row tiles). The same bits either way.
+  // kNarrowTiles 16-row tiles from 3 rows). The same bits either way.
   int weight_tile_rows = 0;
 
   // Where the blocks are resident (9 to 16 rows): at most this many (0: as many as the device holds
@@ -94,7 +95,7 @@ struct SmallBatchLinearParams {
 };
 
 // Launches of at most this many 16-row tiles (the 2,560-wide projections: 160 for 132 SMs) are
-// narrow: up to 8 rows their warps keep more steps in flight, from 9 rows their tiles are 8 rows.
+// narrow: at one and two rows their warps keep more steps in flight, from 3 rows their tiles are 8 rows.
 constexpr int64_t kNarrowTiles = 192;
 
 // Partial sums of squares per row that a residual projection of N features writes.
