@@ -505,6 +505,8 @@ class FlaKernel(Kernel):
         chunk_indices = self.prepare_chunk_indices(cu64, CHUNK, cu_seqlens_cpu=cu_cpu)
         p = _FlaPrepared(self, sets, scale, cu64, cu_cpu, chunk_indices)
         if self.flashqla:
+            # FLA reads FLA_FLASH_QLA at every check: a run of fla-triton before this one left it "0".
+            self._env()
             backend = self.backend_cls()
             if not (backend.is_available() and backend.is_enabled()):
                 raise Unavailable("FLA's FlashQLA backend is not available or not enabled")
