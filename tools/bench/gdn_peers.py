@@ -1321,7 +1321,8 @@ def merge_reports(paths, out_dir):
          "date_utc": r["provenance"]["date_utc"], "argv": r["provenance"].get("argv"), "elapsed_s": r.get("elapsed_s"),
          "stopped": r.get("stopped")} for p, r in zip(paths, reports)])
     merged["shapes"] = [s for r in reports for s in r["shapes"]]
-    merged["skipped_shapes"] = [x for r in reports for x in r.get("skipped_shapes", [])]
+    # A shape one command ran out of time for and a later one measured is not skipped.
+    merged["skipped_shapes"] = sorted({x for r in reports for x in r.get("skipped_shapes", [])} - set(labels))
     merged["stopped"] = "; ".join(r["stopped"] for r in reports if r.get("stopped")) or None
     merged["elapsed_s"] = round(sum(r.get("elapsed_s") or 0 for r in reports), 1)
     kernels = [_ReportedKernel(n, rec) for n, rec in first["kernels"].items()]
