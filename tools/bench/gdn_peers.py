@@ -1291,7 +1291,7 @@ class _ReportedKernel(Kernel):
         self.static_reason, self.notes = rec["reason"], tuple(rec["notes"])
 
 
-def merge_reports(paths, out_dir):
+def merge_reports_data(paths):
     """One report from the gdn_peers.json of several runs of the same build on the same machine kind
     (the matrix split over several commands): their shapes in order, their provenance side by side."""
     reports = []
@@ -1325,7 +1325,12 @@ def merge_reports(paths, out_dir):
     merged["skipped_shapes"] = sorted({x for r in reports for x in r.get("skipped_shapes", [])} - set(labels))
     merged["stopped"] = "; ".join(r["stopped"] for r in reports if r.get("stopped")) or None
     merged["elapsed_s"] = round(sum(r.get("elapsed_s") or 0 for r in reports), 1)
-    kernels = [_ReportedKernel(n, rec) for n, rec in first["kernels"].items()]
+    return merged
+
+
+def merge_reports(paths, out_dir):
+    merged = merge_reports_data(paths)
+    kernels = [_ReportedKernel(n, rec) for n, rec in merged["kernels"].items()]
     os.makedirs(out_dir, exist_ok=True)
     write_report(out_dir, merged, kernels)
     print_summary(merged, kernels)
@@ -1510,6 +1515,30 @@ def self_test(args):
             check("ctypes structs match include/deltainfer/gdn.h", not bad, "; ".join(bad) or "sizes and offsets equal")
     except subprocess.CalledProcessError as exc:
         check("ctypes layout probe compiles", False, (exc.stderr or b"").decode()[-500:])
+
+    # --shapes runs in the globs' order; --merge keeps a shape one command skipped and another measured
+    # out of the skipped list, and refuses a shape measured twice.
+    class _ShapeArgs:
+        dry_run, quick, shapes = False, False, "2/8@1x*,16/32@4x8192,*@4096+28672"
+    order = [x.label for x in shape_list(_ShapeArgs)]
+    check("--shapes in the globs' order", order[:4] == ["2/8@1x2048", "2/8@1x8192", "2/8@1x32768", "16/32@4x8192"]
+          and order[4:] == [f"{h}@4096+28672" for h in ("16/32", "16/48", "16/64", "4/16", "2/8")], ", ".join(order))
+    with tempfile.TemporaryDirectory() as tmp:
+        def part(name, labels, skipped):
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as f:
+                json.dump({"schema": "gdn_peers/1", "provenance": {"date_utc": "-"}, "config": {"flop_per_th": 1, "tolerance": {}},
+                           "kernels": {}, "shapes": [{"label": x} for x in labels], "skipped_shapes": skipped}, f)
+            return path
+        a, b = part("a", ["2/8@1x2048"], ["2/8@1x8192", "2/8@1x32768"]), part("b", ["2/8@1x8192"], [])
+        merged = merge_reports_data([a, b])
+        check("--merge: skipped only where no command measured", merged["skipped_shapes"] == ["2/8@1x32768"]
+              and [x["label"] for x in merged["shapes"]] == ["2/8@1x2048", "2/8@1x8192"], repr(merged["skipped_shapes"]))
+        try:
+            merge_reports_data([a, part("c", ["2/8@1x2048"], [])])
+            check("--merge refuses a shape measured twice", False, "merged")
+        except SystemExit as exc:
+            check("--merge refuses a shape measured twice", "more than one report" in str(exc), str(exc))
 
     # A built library, when given: its backends, build info, supports() and scratch_bytes() (no GPU needed).
     if args.lib:
