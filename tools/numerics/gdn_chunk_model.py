@@ -9,7 +9,7 @@ v ~ N(0, 1) in bf16, decays mostly in [0.5, 1] with rare strong ones, beta = sig
 random initial state. Accumulation is float64 (the kernel's f32 accumulators add far less error than
 its operand roundings); S is a single bf16 operand of K S and Q S in every configuration.
 
-usage: gdn_chunk_model.py [--seed N] [--tokens T]
+usage: gdn_chunk_model.py [--seed N] [--tokens T] [--gate-scale S] [--split-tokens L]
 """
 import argparse
 
@@ -167,6 +167,93 @@ def chunked(q, k, v, g, beta, state, scale, forms, stats=None):
     return out, s
 
 
+def wy_factors(k, v, g, beta, inverse):
+    """The chunk-parallel pass of a WY-factor context split: per chunk, Vnew = U - W S for any entry
+    state S, with U = Tinv diag(beta) V and W = Tinv diag(beta exp(G)) K (G the gates' sum from the
+    chunk's start). Made in float32 from the inverse as the fused kernel makes it."""
+    factors = []
+    for c0 in range(0, len(k), CHUNK):
+        rows = slice(c0, min(c0 + CHUNK, len(k)))
+        kc, vc, gc, bc = k[rows], v[rows], g[rows], beta[rows]
+        n = len(kc)
+        big_g = np.cumsum(gc)
+        decay = np.exp(np.minimum(big_g[:, None] - big_g[None, :], 0))
+        l_mat = np.tril(bc[:, None] * decay * (kc @ kc.T), -1)
+        t_inv = blocked_inverse(np.eye(n) + l_mat, to_tf32) if inverse == "tf32 merges" else np.linalg.inv(np.eye(n) + l_mat)
+        u = (t_inv @ (bc[:, None] * vc)).astype(np.float32).astype(np.float64)
+        w = (t_inv @ ((bc * np.exp(big_g))[:, None] * kc)).astype(np.float32).astype(np.float64)
+        factors.append((rows, big_g, u, w, t_inv.astype(np.float32).astype(np.float64)))
+    return factors
+
+
+def stored(x, form):
+    """A factor as it comes back from the scratch."""
+    if form == "f32":
+        return x
+    if form == "bf16 hi+lo":
+        return sum(hi_lo(x, to_bf16))
+    if form == "bf16":
+        return to_bf16(x)
+    raise ValueError(form)
+
+
+def wy_chunk_step(s, kc, big_g, factor, forms, qc=None, scale=None):
+    """One chunk from the stored factors: Vnew = U - W S (S a single bf16 operand, as in K S), or with
+    Tinv stored instead, Vnew = Tinv X with X = diag(beta)(V - exp(G) K S) as the fused chunk makes it;
+    then the output (when q is given) and the state update exactly as the fused chunk makes them."""
+    u, w, t_inv, x_of = factor
+    s_op = to_bf16(s)
+    if "tinv" in forms:
+        vnew = vnew_product(x_of(s_op), stored(t_inv, forms["tinv"]), forms["vnew"])
+    else:
+        vnew = stored(u, forms["u"]) - stored(w, forms["w"]) @ s_op
+    out = None
+    if qc is not None:
+        n = len(qc)
+        decay = np.exp(np.minimum(big_g[:, None] - big_g[None, :], 0))
+        p = scale * decay * (qc @ kc.T) * np.tril(np.ones((n, n)))
+        out = scale * np.exp(big_g)[:, None] * (qc @ s_op) + output_product(p, vnew, forms["output"])
+    w_state = np.exp(big_g[-1] - big_g)[:, None] * vnew
+    return np.exp(big_g[-1]) * s + kc.T @ state_operand(w_state, forms["state"]), out
+
+
+def wy_split(q, k, v, g, beta, state, scale, segment_tokens, forms):
+    """A context split from the chunk-parallel factors: every segment's N (from a zero state) and M
+    (from the identity with U = 0: M <- exp(G_last) M - K~^T W M, the same update with M's columns as
+    the state's), the carry S <- M S + N in float32, then every segment from its entry state."""
+    def x_of(rows, big_g, values):
+        return lambda s_op: beta[rows][:, None] * (values - np.exp(big_g)[:, None] * (k[rows] @ s_op))
+
+    factors = wy_factors(k, v, g, beta, forms.get("inverse"))
+    per_segment = segment_tokens // CHUNK
+    segments = [factors[i:i + per_segment] for i in range(0, len(factors), per_segment)]
+    entry = state.copy()
+    out = np.empty_like(v)
+    for seg in segments:
+        n_state, m_state = np.zeros((K, V)), np.eye(K)
+        for rows, big_g, u, w, t_inv in seg:
+            n_state, _ = wy_chunk_step(n_state, k[rows], big_g, (u, w, t_inv, x_of(rows, big_g, v[rows])), forms)
+            m_state, _ = wy_chunk_step(m_state, k[rows], big_g,
+                                       (np.zeros_like(u), w, t_inv, x_of(rows, big_g, np.zeros_like(v[rows]))), forms)
+        s = entry
+        for rows, big_g, u, w, t_inv in seg:  # step 3: the output from the entry state
+            s, out[rows] = wy_chunk_step(s, k[rows], big_g, (u, w, t_inv, x_of(rows, big_g, v[rows])), forms,
+                                         q[rows], scale)
+        entry = (m_state @ entry + n_state).astype(np.float32).astype(np.float64)  # the carry
+        assert np.allclose(s, entry, atol=1e-2), "step 3's final state and the carry's disagree"
+    return out, entry
+
+
+SPLIT_CONFIGURATIONS = {
+    "W, U in f32 (the split's own error)": dict(u="f32", w="f32"),
+    "W, U stored bf16 hi+lo": dict(u="bf16 hi+lo", w="bf16 hi+lo"),
+    "U hi+lo, W single bf16": dict(u="bf16 hi+lo", w="bf16"),
+    "W, U stored single bf16": dict(u="bf16", w="bf16"),
+    "Tinv stored bf16 hi+lo (X, Vnew as sm90)": dict(tinv="bf16 hi+lo", vnew="bf16 hi+lo, three products"),
+    "Tinv stored single bf16": dict(tinv="bf16", vnew="bf16 hi+lo, three products"),
+}
+
+
 CONFIGURATIONS = {
     "sm90 at 8dc2b86": dict(vnew="bf16 hi+lo, three products", output="bf16 P, bf16 hi+lo Vnew, two products",
                             state="bf16 hi+lo"),
@@ -226,9 +313,18 @@ def main():
     parser.add_argument("--key-correlation", type=float, default=0.0,
                         help="weight of one direction shared by every key row (0: independent unit rows, as the "
                              "tests draw them; near 1: keys nearly parallel, the hardest case for an undamped inverse)")
+    parser.add_argument("--gate-scale", type=float, default=1.0,
+                        help="multiply the drawn log-decays (below 1: longer memory, e.g. 0.05 puts a chunk's decay "
+                             "near the real model's; the tests' draw forgets most of the state every chunk)")
+    parser.add_argument("--split-tokens", type=int, default=0,
+                        help="also model a context split from chunk-parallel WY factors (W, U through the scratch) "
+                             "with segments of this many tokens (a multiple of 64)")
     args = parser.parse_args()
+    if args.split_tokens % CHUNK:
+        parser.error("--split-tokens must be a multiple of 64")
     rng = np.random.default_rng(args.seed)
     q, k, v, g, beta, state = draw(rng, args.tokens)
+    g = (g * args.gate_scale).astype(np.float32).astype(np.float64)
     if args.key_correlation > 0:
         shared = rng.standard_normal(K)
         shared /= np.linalg.norm(shared)
@@ -236,8 +332,9 @@ def main():
         k = to_bf16(k / np.linalg.norm(k, axis=1, keepdims=True))
     scale = K ** -0.5
     want_out, want_state = recurrence(q, k, v, g, beta, state, scale)
-    print(f"seed {args.seed}, {args.tokens} tokens, key correlation {args.key_correlation}; errors against the "
-          "float64 recurrence")
+    chunk_decay = np.exp([g[c:c + CHUNK].sum() for c in range(0, len(g), CHUNK)])
+    print(f"seed {args.seed}, {args.tokens} tokens, key correlation {args.key_correlation}, gate scale "
+          f"{args.gate_scale} (a chunk's decay: median {np.median(chunk_decay):.2g}); errors against the float64 recurrence")
     print(f"{'configuration':40s} {'out max':>9s} {'out (bf16) max':>15s} {'state max':>10s} {'state mean':>11s}")
     stats = {}
     for name, forms in CONFIGURATIONS.items():
@@ -246,6 +343,14 @@ def main():
               f"{np.abs(final - want_state).max():10.2e} {np.abs(final - want_state).mean():11.2e}")
     for name, value in stats.items():
         print(f"{name}: {value:.3g}")
+    if args.split_tokens:
+        # Output and state products as sm90 makes them; only where the factors come from differs.
+        base = dict(output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo", inverse="tf32 merges")
+        print(f"\nWY-factor context split, segments of {args.split_tokens} tokens (step 3's state is the carry's):")
+        for name, forms in SPLIT_CONFIGURATIONS.items():
+            out, final = wy_split(q, k, v, g, beta, state, scale, args.split_tokens, dict(base, **forms))
+            print(f"{name:40s} {np.abs(out - want_out).max():9.2e} {np.abs(to_bf16(out) - want_out).max():15.2e} "
+                  f"{np.abs(final - want_state).max():10.2e} {np.abs(final - want_state).mean():11.2e}")
 
 
 if __name__ == "__main__":
