@@ -160,9 +160,17 @@ fi
 if want peers && [ -f tools/bench/gdn_peers.py ]; then
   peers=/tmp/deltainfer-gdn-peers
   rm -rf "$peers" && mkdir -p "$peers"
-  ls .whl/gdn-peers/*.whl >/dev/null 2>&1 &&
+  if [ -f .whl/peers/site.tar.xz ]; then  # every peer, FlashQLA's stack too (tools/bench/pack_peer_site.sh)
+    tar xJf .whl/peers/site.tar.xz -C "$peers" && peers=$peers/site
+  elif ls .whl/gdn-peers/*.whl >/dev/null 2>&1; then
     pip install --no-index --no-deps --target "$peers" .whl/gdn-peers/*.whl >"$logs/peers-install.log" 2>&1
-  if PYTHONPATH=$peers python3 tools/bench/gdn_peers.py --lib "$build/libdeltainfer_gdn.so" --out "$logs" \
+  fi
+  # FlashInfer's GDN module built ahead (gdn_peers.py --prebuild-flashinfer), carried as a folder or a tgz of it.
+  [ -f .whl/fi-cache.tgz ] && [ ! -d .whl/flashinfer-cache ] && tar xzf .whl/fi-cache.tgz
+  fi_workspace=()
+  [ -d .whl/flashinfer-cache ] && fi_workspace=(--flashinfer-workspace .whl/flashinfer-cache)
+  if PYTHONPATH=$peers CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} python3 tools/bench/gdn_peers.py \
+      --lib "$build/libdeltainfer_gdn.so" --out "$logs" "${fi_workspace[@]}" \
       ${DI_PEERS_ARGS:-} >"$logs/gdn_peers.txt" 2>&1; then
     row "GDN peer comparison" "ok (gdn_peers.md)"
   else
