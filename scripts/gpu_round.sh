@@ -149,6 +149,14 @@ if want gdn; then
   else
     row "GDN kernel lab" "FAILED (gdn_kernels.txt)"; failed=1
   fi
+  # The chunk-parallel factor pass of a context split, over the heads of the few-head and model shapes.
+  factors_ok=1
+  for heads in 4/16 2/8 16/32; do
+    "$build/bench/di_gdn_bench" --chunk-factors --heads "$heads" --json "$logs/chunk_factors_${heads/\//-}.json" \
+      >>"$logs/chunk_factors.txt" 2>&1 || factors_ok=0
+  done
+  if [ $factors_ok = 1 ]; then row "GDN chunk factors" "ok (chunk_factors.txt)"
+  else row "GDN chunk factors" "FAILED (chunk_factors.txt)"; failed=1; fi
 fi
 if want linear; then
   if "$build/bench/di_linear_bench" --json "$logs/linear.json" >"$logs/linear.txt" 2>&1; then
@@ -283,7 +291,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt linear.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt chunk_factors.txt linear.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 for f in "$logs"/ab-*/report.md; do [ -f "$f" ] && { echo "== ${f#"$logs"/}"; cat "$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"
