@@ -1053,6 +1053,10 @@ def run_shape(shape, kernels, args, device, deadline):
             rec["th_per_s"] = th / (med * 1e-3)
             rec["tflops"] = th * FLOP_PER_TH / (med * 1e-3) / 1e12
             rec["frac_gemm_peak"] = rec["tflops"] / GEMM_PEAK_TFLOPS
+            if device.type == "cuda":  # what a chunk of 64 tokens and one value head costs an SM
+                head_chunks = sum((n + CHUNK - 1) // CHUNK for n in shape.lens) * shape.hv
+                sms = torch.cuda.get_device_properties(device).multi_processor_count
+                rec["sm_us_per_head_chunk"] = sms * med * 1e3 / head_chunks
             if eager_out is not None and t["mode"] == "cuda-graph":
                 try:
                     diffs = [float((a.float() - b.float()).abs().nan_to_num(float("inf")).max())
@@ -1227,16 +1231,18 @@ def write_report(out_dir, report, kernels):
             lines.append(f"| {s['mix']} | " + " | ".join(cell(s["results"].get(k.name, {})) for k in timed)
                          + f" | {bp[1] + ' ' + fmt_ms(bp[0]) if bp else '-'} | {bd[1] + ' ' + fmt_ms(bd[0]) if bd else '-'}"
                          f" | {sp} |")
-        lines += ["", "| mix | kernel | median ms | p10-p90 ms | G th/s | TF/s | scratch MiB | timing | samples |",
-                  "|---" * 9 + "|"]
+        lines += ["", "| mix | kernel | median ms | p10-p90 ms | G th/s | TF/s | SM us a head-chunk | scratch MiB | "
+                  "timing | samples |", "|---" * 10 + "|"]
         for s in shapes:
             for name, r in s["results"].items():
                 t = r.get("timing")
                 if r.get("status") != "ok" or not t:
                     continue
                 sc = (r.get("scratch") or {}).get("bytes")
+                chunk_us = r.get("sm_us_per_head_chunk")  # absent in reports from before it was recorded
                 lines.append(f"| {s['mix']} | {name} | {fmt_ms(t['median_ms'])} | {fmt_ms(t['p10_ms'])}-"
                              f"{fmt_ms(t['p90_ms'])} | {r['th_per_s'] / 1e9:.3g} | {r['tflops']:.1f} | "
+                             f"{'-' if chunk_us is None else f'{chunk_us:.2f}'} | "
                              f"{'-' if sc is None else f'{sc / 2**20:.1f}'} | {t['mode']} | {t['n_samples']} |")
         lines.append("")
     lines += ["## Accuracy against the float64 oracle", "",
