@@ -89,12 +89,14 @@ struct PrefillSet {
 };
 
 // segment_tokens (sm90 only): its context split as sm90_run_split() takes it; 0 the backend's own.
+// steps (sm90 only): how that split's step 1 runs (fused, or from stored chunk factors).
 // qk_l2norm: DI_GDN_QK_L2NORM (the backend normalises q and k, as the engine calls it). unit_qk_rows:
 // q and k rows of norm 1 (what the flag's absence assumes), else N(0, 1) entries. The two go
 // together except to ask whether the flag's cost is its code or its data. length_hint: the longest
 // sequence's length as max_seq_tokens (as the engine passes it), else 0.
 nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
                              cudaStream_t stream, std::mt19937_64& rng, bool once, int32_t segment_tokens,
+                             gdn::Sm90SplitSteps steps,
                              bool qk_l2norm, bool unit_qk_rows, bool length_hint) {
   std::vector<int32_t> cu(1, 0);
   for (int len : pc.lengths) cu.push_back(cu.back() + len);
@@ -122,9 +124,10 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
   }
   const int64_t longest = length_hint ? *std::max_element(pc.lengths.begin(), pc.lengths.end()) : 0;
   const di_gdn_prefill_shape shape{geo, num_seqs, T, longest};
-  const bool forced_split = segment_tokens != 0 && std::string(backend.name) == "sm90";
+  const bool forced_split =
+      (segment_tokens != 0 || steps != gdn::Sm90SplitSteps::fused) && std::string(backend.name) == "sm90";
   const size_t scratch_bytes =
-      forced_split ? gdn::sm90_split_scratch_bytes(&shape, segment_tokens) : backend.scratch_bytes(&shape);
+      forced_split ? gdn::sm90_split_scratch_bytes(&shape, segment_tokens, steps) : backend.scratch_bytes(&shape);
   cuda::DeviceBuffer<uint8_t> scratch(scratch_bytes);
   auto run = [&](int rep) {
     PrefillSet& s = data[size_t(rep % sets)];
@@ -147,7 +150,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     a.final_state = s.state.data();
     a.out = s.out.data();
     const auto st = reinterpret_cast<di_gdn_stream>(stream);
-    const int status = forced_split ? gdn::sm90_run_split(&a, scratch.data(), scratch_bytes, st, segment_tokens)
+    const int status = forced_split ? gdn::sm90_run_split(&a, scratch.data(), scratch_bytes, st, segment_tokens, steps)
                                     : backend.run(&a, scratch.data(), scratch_bytes, st);
     if (status != DI_GDN_OK) fail("backend {} returned status {}", backend.name, status);
   };
@@ -159,7 +162,9 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
   return {{"backend", backend.name},
           {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
           {"shape", pc.name},
-          {"segment_tokens", forced_split ? nlohmann::json(segment_tokens) : nlohmann::json("backend's choice")},
+          {"segment_tokens", forced_split && segment_tokens != 0 ? nlohmann::json(segment_tokens)
+                                                                 : nlohmann::json("backend's choice")},
+          {"split_step_1", steps == gdn::Sm90SplitSteps::fused ? "fused" : "from stored factors"},
           {"qk_l2norm", qk_l2norm},
           {"max_seq_tokens", longest},
           {"qk_rows", unit_qk_rows ? "unit" : "raw"},
@@ -382,7 +387,9 @@ int main(int argc, char** argv) {
   app.add_flag("--timeline", timeline,
                "record the sm90 kernel's stage timeline of each case's last launch and print its medians (a build "
                "configured with -DDI_SM90_TIMELINE=ON; with --backend sm90)");
-  bool chunk_factors = false;
+  bool chunk_factors = false, split_from_factors = false;
+  app.add_flag("--split-from-factors", split_from_factors,
+               "sm90's context split with step 1 from stored chunk factors (gdn/chunk_factors.h) where it splits");
   app.add_flag("--chunk-factors", chunk_factors,
                "only the chunk-parallel factor pass of a context split (gdn/chunk_factors.h) on each prefill shape");
   CLI11_PARSE(app, argc, argv);
@@ -437,7 +444,7 @@ int main(int argc, char** argv) {
         int64_t total_tokens = 0;
         for (int len : pc.lengths) total_tokens += len;
         const di_gdn_prefill_shape shape{geo, pc.num_seqs(), total_tokens, no_length_hint ? 0 : max_len};
-        const bool splits = timeline && gdn::sm90_split_scratch_bytes(&shape, segment_tokens) > 0;
+        const bool splits = timeline && gdn::sm90_split_scratch_bytes(&shape, segment_tokens) > 0;  // either form
         const bool record = timeline && !splits;
         if (splits)
           std::printf("  timeline not recorded for %s: it runs as a context split (--segment-tokens -1 runs it whole)\n",
@@ -450,7 +457,10 @@ int main(int argc, char** argv) {
           const std::string e = gdn::sm90_timeline_attach({stamps.data(), timeline_chunks});
           if (!e.empty()) fail("{}", e);
         }
-        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens, qk_l2norm,
+        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens,
+                                                split_from_factors ? gdn::Sm90SplitSteps::from_factors
+                                                                   : gdn::Sm90SplitSteps::fused,
+                                                qk_l2norm,
                                                       qk_rows.empty() ? !qk_l2norm : qk_rows == "unit", !no_length_hint);
         if (record) {
           const std::string e = gdn::sm90_timeline_attach({});

@@ -81,6 +81,7 @@
 #include <string>
 
 #include "gdn/backend_common.cuh"
+#include "gdn/chunk_factors.h"
 #include "gdn/chunk_math.cuh"
 #include "gdn/context_split.h"
 #include "gdn/sm90_timeline.h"
@@ -593,6 +594,43 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 9);
 }
 
+// An auxiliary warpgroup's part of a state-only chunk of a split from stored factors: the gates and
+// the zeroed rows as prepare_chunk makes them, then Tinv' (as hi + lo operands, in the layout
+// prepare_chunk writes them in) and 1 / |k| copied from the factor pass's output for batch chunk
+// `factor_chunk` instead of the Gram product and the inverse (gdn/chunk_factors.h: the same L' and
+// inverse, made all at once before step 1). Ends with the stage's writes fenced for wgmma.
+template <typename C>
+__device__ __forceinline__ void prepare_chunk_from_factors(const di_gdn_prefill_args& args, const bf16* factor_hi,
+                                                           const bf16* factor_lo, const float* factor_k_inv,
+                                                           const Stage<C>& st, int len, int t, int chunk,
+                                                           int64_t factor_chunk, int head, int key_head) {
+  using AuxSync = AuxGroupSync<C>;
+  if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
+    zero_rows_past(st.k, kHeadDim / 8, len, t);
+    zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
+  }
+  if (t < 32)
+    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
+                st.beta, st.exp_G, st.tail);
+  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
+  if (t < kChunk) st.k_inv[t] = factor_k_inv[(factor_chunk * Hk + key_head) * kChunk + t];
+  // Thread t: columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e, as prepare_chunk.
+  const int64_t base = (factor_chunk * Hv + head) * kChunk * kChunk;
+  const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
+  const uint32_t dst = wg::operand_offset(r0, c, kChunk);
+#pragma unroll
+  for (int e = 0; e < kChunk / 16; ++e) {
+    const int64_t from = base + int64_t(r0 + 16 * e) * kChunk + c;
+    const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
+    *reinterpret_cast<uint4*>(st.t_hi + at) = __ldg(reinterpret_cast<const uint4*>(factor_hi + from));
+    if constexpr (kSplits.tinv)
+      *reinterpret_cast<uint4*>(st.t_lo + at) = __ldg(reinterpret_cast<const uint4*>(factor_lo + from));
+  }
+  wg::fence_async_shared();
+  AuxSync::sync();  // the stage's operands are all written before the state warpgroups are told
+  stamp(t == 0, kTimelineAuxGroup, chunk, 9);
+}
+
 // What a launch runs: whole sequences, or a context split's (gdn/context_split.h) step 1 (a carried
 // segment's N from a zero state, or its M from the identity with v = 0: the state alone, no output,
 // so no Q) or step 3 (a segment from its entry state).
@@ -605,6 +643,13 @@ struct SplitWork {
   float* transfer;            // M of each carried segment and head, [K, K'] (K' contiguous)
   float* local_state;         // N, [K, V]
   const float* entry_state;   // each segment's entry state, [K, V]
+  // Step 1 from stored factors (ContextSplit::from_factors; null otherwise): every chunk's Tinv' pair
+  // and 1 / |k| (gdn/chunk_factors.h), at the chunk offsets the plan wrote.
+  const bf16* factor_hi;
+  const bf16* factor_lo;
+  const float* factor_k_inv;
+  const int32_t* chunk_offsets;
+  int64_t max_chunks;
 };
 
 // What a CTA computes: its tokens, its head and value tile, where its state comes from and goes to.
@@ -617,6 +662,7 @@ struct CtaWork {
   float* final_state;    // nullptr: not written
   bool final_kv;
   bool zero_v;
+  int64_t first_factor_chunk;  // step 1 from stored factors: the batch chunk of the segment's first
 };
 
 template <typename C, Launch kLaunch>
@@ -650,6 +696,8 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     w.identity = w.zero_v = transfer;
     w.final_state = (transfer ? split.transfer : split.local_state) + (carried * Hv + w.head) * kMatrix;
     w.final_kv = true;
+    if (split.factor_hi != nullptr)  // carried segments are whole chunks from their sequence's start
+      w.first_factor_chunk = split.chunk_offsets[seg.seq] + (seg.begin - args.cu_seqlens[seg.seq]) / kChunk;
   } else {
     const int64_t index = item / uint32_t(Hv);
     if (index >= split.counts[0] || split.counts[3] != C::kGroups) return CtaWork{};
@@ -716,7 +764,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       stamp(t == 0, kTimelineAuxGroup, chunk, 1);
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
       stamp(t == 0, kTimelineAuxGroup, chunk, 2);
-      prepare_chunk<C, kStateOnly>(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
+      if (kStateOnly && split.factor_hi != nullptr)
+        prepare_chunk_from_factors<C>(args, split.factor_hi, split.factor_lo, split.factor_k_inv, Stage<C>(smem, chunk),
+                                      chunk_len(chunk), t, chunk,
+                                      min(work.first_factor_chunk + chunk, split.max_chunks - 1), head, key_head);
+      else
+        prepare_chunk<C, kStateOnly>(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
       bar_arrive<C>(kBarFull0 + chunk % kStages);
     }
     return;
@@ -979,7 +1032,8 @@ int launch_split_step(bool may_be_whole_head, const di_gdn_prefill_args& a, di_g
 // A split batch (gdn/context_split.h): the plan, step 1 (N and M of every carried segment), the
 // carry, step 3. Every launch is sized by the split's bounds; the plan's counts idle the rest.
 int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scratch, int num_sms, di_gdn_stream stream) {
-  const ContextSplitScratch layout = context_split_scratch(split, a.num_seqs, a.geometry.num_v_heads);
+  const ContextSplitScratch layout =
+      context_split_scratch(split, a.num_seqs, a.geometry.num_v_heads, a.geometry.num_k_heads);
   auto at = [&](size_t offset) { return static_cast<unsigned char*>(scratch) + offset; };
   const int64_t Hv = a.geometry.num_v_heads;
   if (const int status = launch_context_plan(split, layout, scratch, a.cu_seqlens, a.num_seqs, int(Hv), num_sms, stream);
@@ -992,6 +1046,22 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   work.transfer = reinterpret_cast<float*>(at(layout.transfer));
   work.local_state = reinterpret_cast<float*>(at(layout.local_state));
   work.entry_state = reinterpret_cast<const float*>(at(layout.entry_state));
+  if (split.from_factors) {  // every chunk's Tinv' and 1 / |k|, between the plan and step 1
+    if (split.max_chunks > INT32_MAX) return DI_GDN_UNSUPPORTED;
+    ChunkFactorsParams f;
+    f.k = a.k, f.g = a.g, f.beta = a.beta, f.cu_seqlens = a.cu_seqlens;
+    f.chunk_offsets = reinterpret_cast<const int32_t*>(at(layout.chunk_offsets));
+    f.t_hi = at(layout.factor_hi), f.t_lo = at(layout.factor_lo);
+    f.k_inv = reinterpret_cast<float*>(at(layout.factor_k_inv));
+    f.num_seqs = a.num_seqs, f.num_k_heads = a.geometry.num_k_heads, f.num_v_heads = int32_t(Hv);
+    f.max_chunks = int32_t(split.max_chunks), f.normalize_k = (a.flags & DI_GDN_QK_L2NORM) != 0;
+    if (launch_chunk_factors(f, reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return DI_GDN_LAUNCH_FAILED;
+    work.factor_hi = reinterpret_cast<const bf16*>(at(layout.factor_hi));
+    work.factor_lo = reinterpret_cast<const bf16*>(at(layout.factor_lo));
+    work.factor_k_inv = reinterpret_cast<const float*>(at(layout.factor_k_inv));
+    work.chunk_offsets = f.chunk_offsets;
+    work.max_chunks = split.max_chunks;
+  }
   if (const int status = launch_split_step<Launch::carried>(split.carried_may_be_whole_head, a, stream,
                                                            2 * Hv * split.max_carried, work);
       status != DI_GDN_OK)
@@ -1000,13 +1070,18 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   return launch_split_step<Launch::segments>(split.segments_may_be_whole_head, a, stream, Hv * split.max_segments, work);
 }
 
-// The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h).
-ContextSplit split_for(const di_gdn_prefill_shape& shape, int num_sms, int32_t segment_tokens) {
+// The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h), its step 1 as
+// `steps` says.
+ContextSplit split_for(const di_gdn_prefill_shape& shape, int num_sms, int32_t segment_tokens,
+                       Sm90SplitSteps steps = Sm90SplitSteps::fused) {
   if (segment_tokens < 0) return {};
-  if (segment_tokens == 0)
-    return choose_context_split(shape.num_seqs, shape.total_tokens, shape.max_seq_tokens, shape.geometry.num_v_heads,
-                                num_sms);
-  return context_split_of(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms, segment_tokens);
+  ContextSplit split =
+      segment_tokens == 0
+          ? choose_context_split(shape.num_seqs, shape.total_tokens, shape.max_seq_tokens, shape.geometry.num_v_heads,
+                                 num_sms)
+          : context_split_of(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms, segment_tokens);
+  split.from_factors = split.segment_tokens > 0 && steps == Sm90SplitSteps::from_factors;
+  return split;
 }
 
 int sm90_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, di_gdn_state_layout layout,
@@ -1036,18 +1111,18 @@ int sm90_run(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size
 
 }  // namespace
 
-size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens) {
+size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens, Sm90SplitSteps steps) {
   if (shape == nullptr || shape->num_seqs <= 0 || shape->total_tokens < 0 ||
       !length_hint_ok(shape->num_seqs, shape->total_tokens, shape->max_seq_tokens))
     return 0;
   di_gdn_device info{};
   if (!current_device(info)) return 0;
-  const ContextSplit split = split_for(*shape, info.num_sms, segment_tokens);
-  return context_split_scratch(split, shape->num_seqs, shape->geometry.num_v_heads).total;
+  const ContextSplit split = split_for(*shape, info.num_sms, segment_tokens, steps);
+  return context_split_scratch(split, shape->num_seqs, shape->geometry.num_v_heads, shape->geometry.num_k_heads).total;
 }
 
 int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size, di_gdn_stream stream,
-                   int32_t segment_tokens) {
+                   int32_t segment_tokens, Sm90SplitSteps steps) {
   if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
@@ -1063,11 +1138,12 @@ int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratc
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (sm90_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
-  const ContextSplit split =
-      split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens, a.max_seq_tokens}, info.num_sms, segment_tokens);
+  const ContextSplit split = split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens, a.max_seq_tokens},
+                                       info.num_sms, segment_tokens, steps);
   if (split.segment_tokens > 0) {
     // The scratch the split needs (what scratch_bytes() said for this shape), aligned for its vectors.
-    if (scratch == nullptr || scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads).total ||
+    if (scratch == nullptr ||
+        scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads, g.num_k_heads).total ||
         !aligned(scratch, 256))
       return DI_GDN_INVALID_ARGUMENT;
     return run_split(a, split, scratch, info.num_sms, stream);
