@@ -57,10 +57,10 @@ struct ContextSplit {
   bool segments_may_be_whole_head = false;
   double estimated_us = 0;           // the model's time for the split (see choose_context_split)
   double estimated_plain_us = 0;     // and for the batch unsplit
-  // Step 1 from stored chunk factors (gdn/chunk_factors.h): a factor pass over every chunk of the
-  // batch after the plan, and step 1's CTAs read each chunk's Tinv' and 1 / |k| instead of making
-  // them (no Gram product or inverse on their serial path). Only when a caller forces it
-  // (sm90_run_split): the cost model has no figures for it yet.
+  // Steps 1 and 3 from stored chunk factors (gdn/chunk_factors.h): a factor pass over every chunk of
+  // the batch after the plan, and the steps' CTAs read each chunk's Tinv' and 1 / |k| instead of
+  // making them (no K Kᵀ or inverse on their serial path; step 3 keeps Q Kᵀ). Only when a caller
+  // forces it (sm90_run_split): the cost model has no figures for it yet.
   bool from_factors = false;
   int64_t max_chunks = 0;  // any batch of this size has at most total / 64 + num_seqs chunks
 };

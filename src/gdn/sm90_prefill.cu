@@ -390,13 +390,65 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
   kernels::cp_async_arrive(landed);
 }
 
+// One chunk's stored factors (a split from them, gdn/chunk_factors.h): batch chunk `chunk` of the
+// factor pass's Tinv' pairs and 1 / |k|, for value head `head` and its key head.
+struct ChunkFactorsIn {
+  const bf16* hi;
+  const bf16* lo;
+  const float* k_inv;
+  int64_t chunk;
+  int head, key_head;
+};
+
+// 1 / |k| into the stage, and Tinv' as hi + lo operands in the layout prepare_chunk converts its own
+// inverse into (thread t: columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e), from
+// the factor pass's row-major pairs. The caller fences and syncs.
+template <typename C>
+__device__ __forceinline__ void copy_chunk_factors(const di_gdn_prefill_args& args, const Stage<C>& st,
+                                                   const ChunkFactorsIn& f, int t) {
+  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
+  if (t < kChunk) st.k_inv[t] = f.k_inv[(f.chunk * Hk + f.key_head) * kChunk + t];
+  const int64_t base = (f.chunk * Hv + f.head) * kChunk * kChunk;
+  const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
+  const uint32_t dst = wg::operand_offset(r0, c, kChunk);
+#pragma unroll
+  for (int e = 0; e < kChunk / 16; ++e) {
+    const int64_t from = base + int64_t(r0 + 16 * e) * kChunk + c;
+    const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
+    *reinterpret_cast<uint4*>(st.t_hi + at) = __ldg(reinterpret_cast<const uint4*>(f.hi + from));
+    if constexpr (kSplits.tinv) *reinterpret_cast<uint4*>(st.t_lo + at) = __ldg(reinterpret_cast<const uint4*>(f.lo + from));
+  }
+}
+
+// An auxiliary warpgroup's part of a state-only chunk of a split from stored factors (step 1): the
+// gates and the zeroed rows as prepare_chunk makes them, then the chunk's factors copied in, with no
+// Gram product or inverse. Ends with the stage's writes fenced for wgmma.
+template <typename C>
+__device__ __forceinline__ void prepare_state_chunk_from_factors(const di_gdn_prefill_args& args, const Stage<C>& st,
+                                                                 int len, int t, int chunk, const ChunkFactorsIn& f) {
+  if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
+    zero_rows_past(st.k, kHeadDim / 8, len, t);
+    zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
+  }
+  if (t < 32)
+    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
+                st.beta, st.exp_G, st.tail);
+  copy_chunk_factors<C>(args, st, f, t);
+  wg::fence_async_shared();
+  AuxGroupSync<C>::sync();  // the stage's operands are all written before the state warpgroups are told
+  stamp(t == 0, kTimelineAuxGroup, chunk, 9);
+}
+
 // An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates; the Gram products, and the inverse norms while they run; P (scale folded in) as an operand;
 // (I + L')^-1 in f32 in the stage; Tinv' as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
-// A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
-template <typename C, bool kStateOnly>
+// A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P. With
+// kFromFactors (step 3 of a split from stored factors) K Kᵀ, L' and the inverse give way to the
+// chunk's stored Tinv' and 1 / |k| (`factors`); Q Kᵀ, the q norms and P stay.
+template <typename C, bool kStateOnly, bool kFromFactors = false>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, int len, int t,
-                                              int chunk) {
+                                              int chunk, const ChunkFactorsIn& factors = {}) {
+  static_assert(!(kStateOnly && kFromFactors), "step 1 from factors: prepare_state_chunk_from_factors");
   using AuxSync = AuxGroupSync<C>;
   float* const inv_s = st.inv;
   const wg::Fragment frag(t);
@@ -413,7 +465,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
                   st.beta, st.exp_G, st.tail);
     if (!normalize_qk) {
       if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
-      if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
+      if (!kFromFactors && t >= kChunk) st.k_inv[t - kChunk] = 1.0f;  // else the factors' (1 there too)
     }
   };
   if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
@@ -437,8 +489,9 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::wgmma_fence();
     const auto q_op = wg::k_major_pieces(st.q, kChunk), k_op = wg::k_major_pieces(st.k, kChunk);
     if (!kStateOnly) wg::mma<kHeadDim>(qk, q_op, k_op, false);
-    wg::mma<kHeadDim>(kk, k_op, k_op, false);
+    if (!kFromFactors) wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
+    if constexpr (kFromFactors) copy_chunk_factors<C>(args, st, factors, t);  // while Q Kᵀ runs
     if constexpr (kGramFirst) {
       make_gates();
       stamp(t == 0, kTimelineAuxGroup, chunk, 3);
@@ -472,7 +525,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     }
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
-    if (normalize_qk) {
+    if (!kFromFactors && normalize_qk) {
       // |k_r|^2 is K Kᵀ's diagonal element (r, r): in the quad of row r's threads, the lane
       // 4 r' + r' / 2 (r' = r % 8) holds it as element r' % 2 of column group j = 2 w + h. Every lane
       // picks that element by masks of its bits (a select or a branch over j put kk in local memory, or
@@ -550,9 +603,16 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
         const int i = 4 * j + 2 * h;
         if (!kStateOnly)
           *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[h][0], p[h][1]);
-        *reinterpret_cast<float2*>(inv_s + (frag.row0 + 8 * h) * kInvStride + c) = make_float2(l[h][0], l[h][1]);
+        if (!kFromFactors)
+          *reinterpret_cast<float2*>(inv_s + (frag.row0 + 8 * h) * kInvStride + c) = make_float2(l[h][0], l[h][1]);
       }
     }
+  }
+  if constexpr (kFromFactors) {  // Tinv' and 1 / |k| were copied in while Q Kᵀ ran
+    wg::fence_async_shared();
+    AuxSync::sync();
+    stamp(t == 0, kTimelineAuxGroup, chunk, 9);
+    return;
   }
   AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 5);
@@ -594,43 +654,6 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 9);
 }
 
-// An auxiliary warpgroup's part of a state-only chunk of a split from stored factors: the gates and
-// the zeroed rows as prepare_chunk makes them, then Tinv' (as hi + lo operands, in the layout
-// prepare_chunk writes them in) and 1 / |k| copied from the factor pass's output for batch chunk
-// `factor_chunk` instead of the Gram product and the inverse (gdn/chunk_factors.h: the same L' and
-// inverse, made all at once before step 1). Ends with the stage's writes fenced for wgmma.
-template <typename C>
-__device__ __forceinline__ void prepare_chunk_from_factors(const di_gdn_prefill_args& args, const bf16* factor_hi,
-                                                           const bf16* factor_lo, const float* factor_k_inv,
-                                                           const Stage<C>& st, int len, int t, int chunk,
-                                                           int64_t factor_chunk, int head, int key_head) {
-  using AuxSync = AuxGroupSync<C>;
-  if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
-    zero_rows_past(st.k, kHeadDim / 8, len, t);
-    zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
-  }
-  if (t < 32)
-    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
-                st.beta, st.exp_G, st.tail);
-  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  if (t < kChunk) st.k_inv[t] = factor_k_inv[(factor_chunk * Hk + key_head) * kChunk + t];
-  // Thread t: columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e, as prepare_chunk.
-  const int64_t base = (factor_chunk * Hv + head) * kChunk * kChunk;
-  const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
-  const uint32_t dst = wg::operand_offset(r0, c, kChunk);
-#pragma unroll
-  for (int e = 0; e < kChunk / 16; ++e) {
-    const int64_t from = base + int64_t(r0 + 16 * e) * kChunk + c;
-    const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
-    *reinterpret_cast<uint4*>(st.t_hi + at) = __ldg(reinterpret_cast<const uint4*>(factor_hi + from));
-    if constexpr (kSplits.tinv)
-      *reinterpret_cast<uint4*>(st.t_lo + at) = __ldg(reinterpret_cast<const uint4*>(factor_lo + from));
-  }
-  wg::fence_async_shared();
-  AuxSync::sync();  // the stage's operands are all written before the state warpgroups are told
-  stamp(t == 0, kTimelineAuxGroup, chunk, 9);
-}
-
 // What a launch runs: whole sequences, or a context split's (gdn/context_split.h) step 1 (a carried
 // segment's N from a zero state, or its M from the identity with v = 0: the state alone, no output,
 // so no Q) or step 3 (a segment from its entry state).
@@ -643,8 +666,8 @@ struct SplitWork {
   float* transfer;            // M of each carried segment and head, [K, K'] (K' contiguous)
   float* local_state;         // N, [K, V]
   const float* entry_state;   // each segment's entry state, [K, V]
-  // Step 1 from stored factors (ContextSplit::from_factors; null otherwise): every chunk's Tinv' pair
-  // and 1 / |k| (gdn/chunk_factors.h), at the chunk offsets the plan wrote.
+  // A split from stored factors (ContextSplit::from_factors; null otherwise): every chunk's Tinv' pair
+  // and 1 / |k| (gdn/chunk_factors.h), at the chunk offsets the plan wrote, read by steps 1 and 3.
   const bf16* factor_hi;
   const bf16* factor_lo;
   const float* factor_k_inv;
@@ -662,7 +685,7 @@ struct CtaWork {
   float* final_state;    // nullptr: not written
   bool final_kv;
   bool zero_v;
-  int64_t first_factor_chunk;  // step 1 from stored factors: the batch chunk of the segment's first
+  int64_t first_factor_chunk;  // a split from stored factors: the batch chunk of the segment's first
 };
 
 template <typename C, Launch kLaunch>
@@ -696,13 +719,15 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     w.identity = w.zero_v = transfer;
     w.final_state = (transfer ? split.transfer : split.local_state) + (carried * Hv + w.head) * kMatrix;
     w.final_kv = true;
-    if (split.factor_hi != nullptr)  // carried segments are whole chunks from their sequence's start
+    if (split.factor_hi != nullptr)  // segments start at whole chunks from their sequence's start
       w.first_factor_chunk = split.chunk_offsets[seg.seq] + (seg.begin - args.cu_seqlens[seg.seq]) / kChunk;
   } else {
     const int64_t index = item / uint32_t(Hv);
     if (index >= split.counts[0] || split.counts[3] != C::kGroups) return CtaWork{};
     const ContextSegment seg = split.segments[index];
     w.begin = seg.begin, w.length = seg.length;
+    if (split.factor_hi != nullptr)
+      w.first_factor_chunk = split.chunk_offsets[seg.seq] + (seg.begin - args.cu_seqlens[seg.seq]) / kChunk;
     if (seg.entry >= 0) {
       w.initial = split.entry_state + (int64_t(seg.entry) * Hv + w.head) * kMatrix;
       w.initial_kv = true;
@@ -764,12 +789,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       stamp(t == 0, kTimelineAuxGroup, chunk, 1);
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
       stamp(t == 0, kTimelineAuxGroup, chunk, 2);
-      if (kStateOnly && split.factor_hi != nullptr)
-        prepare_chunk_from_factors<C>(args, split.factor_hi, split.factor_lo, split.factor_k_inv, Stage<C>(smem, chunk),
-                                      chunk_len(chunk), t, chunk,
-                                      min(work.first_factor_chunk + chunk, split.max_chunks - 1), head, key_head);
-      else
-        prepare_chunk<C, kStateOnly>(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
+      const Stage<C> st(smem, chunk);
+      if (kLaunch != Launch::sequences && split.factor_hi != nullptr) {  // a split from stored factors
+        const ChunkFactorsIn f{split.factor_hi, split.factor_lo, split.factor_k_inv,
+                               min(work.first_factor_chunk + chunk, split.max_chunks - 1), head, key_head};
+        if constexpr (kStateOnly)
+          prepare_state_chunk_from_factors<C>(args, st, chunk_len(chunk), t, chunk, f);
+        else
+          prepare_chunk<C, false, true>(args, st, chunk_len(chunk), t, chunk, f);
+      } else {
+        prepare_chunk<C, kStateOnly>(args, st, chunk_len(chunk), t, chunk);
+      }
       bar_arrive<C>(kBarFull0 + chunk % kStages);
     }
     return;
