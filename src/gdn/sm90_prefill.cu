@@ -790,7 +790,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
       stamp(t == 0, kTimelineAuxGroup, chunk, 2);
       const Stage<C> st(smem, chunk);
-      if (kLaunch != Launch::sequences && split.factor_hi != nullptr) {  // a split from stored factors
+      if constexpr (kLaunch == Launch::sequences) {
+        prepare_chunk<C, kStateOnly>(args, st, chunk_len(chunk), t, chunk);
+      } else if (split.factor_hi != nullptr) {  // a split from stored factors
         const ChunkFactorsIn f{split.factor_hi, split.factor_lo, split.factor_k_inv,
                                min(work.first_factor_chunk + chunk, split.max_chunks - 1), head, key_head};
         if constexpr (kStateOnly)
