@@ -239,10 +239,18 @@ class Shape:
         return t * (2 * self.hk * K_DIM * 2 + self.hv * V_DIM * 2 + self.hv * 8) + n * self.hv * K_DIM * V_DIM * 4
 
 
-def make_gates(shape, gen, device):
+# The decay regimes --gates picks, as the range of softplus(dt_bias) (log-uniform per head):
+# "mamba2-init" spreads the heads from fast to slow decay (per-token decay 0.34 to 0.9994, 1st to 99th
+# percentile); "slow" gives every head a per-token decay above 0.999, so that no segment of a few
+# thousand tokens forgets its entry state to e^-10 (FlashQLA's context split runs its exact form).
+GATE_REGIMES = {"mamba2-init": (1e-3, 1e-1), "slow": (1e-6, 1e-5)}
+
+
+def make_gates(shape, gen, device, regime="mamba2-init"):
     """Per-head decay parameters shared by every input set of a shape."""
+    lo, hi = GATE_REGIMES[regime]
     a_log = torch.log(torch.empty(shape.hv, device=device).uniform_(1.0, 16.0, generator=gen))
-    dt = torch.exp(torch.empty(shape.hv, device=device).uniform_(math.log(1e-3), math.log(1e-1), generator=gen))
+    dt = torch.exp(torch.empty(shape.hv, device=device).uniform_(math.log(lo), math.log(hi), generator=gen))
     dt_bias = torch.log(torch.expm1(dt))  # softplus(dt_bias) = dt
     return a_log, dt_bias
 
@@ -938,7 +946,7 @@ def run_shape(shape, kernels, args, device, deadline):
     scale = K_DIM ** -0.5
     seed = args.seed * 1000003 + zlib.crc32(shape.label.encode())
     gen = torch.Generator(device=device).manual_seed(seed)
-    gates = make_gates(shape, gen, device)
+    gates = make_gates(shape, gen, device, args.gates)
     nsets = max(2, math.ceil(args.l2_rotate_mb * 1e6 / shape.set_bytes()))
     nsets = min(nsets, args.max_sets)
     sets = [make_set(shape, gen, device, gates, args.state_std) for _ in range(nsets)]
@@ -1373,6 +1381,7 @@ def main_run(args):
                                        "rule": "|err| > atol*rms(ref) + rtol*|ref| or non-finite"},
                          "rounds": args.rounds, "round_target_s": args.round_target_s,
                          "l2_rotate_mb": args.l2_rotate_mb, "seed": args.seed, "state_std": args.state_std,
+                         "gates": args.gates,
                          "graphs": not args.no_graphs, "device": str(device)},
               "kernels": {k.name: {"peer": k.peer, "version": k.version, "available": not k.static_reason,
                                    "reason": k.static_reason, "notes": list(k.notes)} for k in kernels},
@@ -1499,6 +1508,15 @@ def self_test(args):
     gs = gate_stats(s["g"], sh.cu)
     check("gates in a realistic range", gs["g_p50"] < 0 and 0.5 < gs["alpha_p50"] < 0.999,
           ", ".join(f"{k} {v:.3g}" for k, v in gs.items()))
+    sh_slow = Shape(2, 8, "4096", [4096])
+    gen = torch.Generator(device=device).manual_seed(5)
+    g_slow = make_set(sh_slow, gen, device, make_gates(sh_slow, gen, device, "slow"), args.state_std)["g"]
+    gs = gate_stats(g_slow, sh_slow.cu)
+    # No 2,048 tokens of any head decay to e^-10: the sum of g over every 32 chunks stays above -10.
+    worst = float(g_slow.double().reshape(-1, 2048, sh_slow.hv).sum(1).min())
+    check("slow gates: no head forgets in 2,048 tokens", worst > -10 and gs["frac_chunks_decay_above_1e-3"] == 1.0
+          and math.log(0.999) < gs["g_p01"] and gs["g_p99"] < 0,
+          f"lowest sum of g over 2,048 tokens {worst:.3g}, " + ", ".join(f"{k} {v:.3g}" for k, v in gs.items()))
 
     # The HF torch fallback (when transformers is installed) agrees with the oracle in f32.
     hf = HfTorchKernel()
@@ -1582,6 +1600,8 @@ def main():
     ap.add_argument("--time-budget-s", type=float, default=540.0, help="stop starting new work after this")
     ap.add_argument("--l2-rotate-mb", type=float, default=200.0, help="input bytes one rotation covers")
     ap.add_argument("--max-sets", type=int, default=64)
+    ap.add_argument("--gates", choices=sorted(GATE_REGIMES), default="mamba2-init",
+                    help="the decay regime of g (GATE_REGIMES): mamba2-init, or slow (every head's decay above 0.999)")
     ap.add_argument("--state-std", type=float, default=0.15,
                     help="std of the random initial state (the recurrence settles at an rms of 0.07-0.24)")
     ap.add_argument("--no-graphs", action="store_true", help="time eager calls only")
