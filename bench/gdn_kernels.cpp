@@ -20,7 +20,6 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/cuda.h"
-#include "gdn/chunk_factors.h"
 #include "gdn/decode_step.h"
 #include "gdn/dispatch.h"
 #include "gdn/prep.h"
@@ -89,14 +88,12 @@ struct PrefillSet {
 };
 
 // segment_tokens (sm90 only): its context split as sm90_run_split() takes it; 0 the backend's own.
-// steps (sm90 only): how that split's step 1 runs (fused, or from stored chunk factors).
 // qk_l2norm: DI_GDN_QK_L2NORM (the backend normalises q and k, as the engine calls it). unit_qk_rows:
 // q and k rows of norm 1 (what the flag's absence assumes), else N(0, 1) entries. The two go
 // together except to ask whether the flag's cost is its code or its data. length_hint: the longest
 // sequence's length as max_seq_tokens (as the engine passes it), else 0.
 nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn_geometry& geo, const PrefillCase& pc,
                              cudaStream_t stream, std::mt19937_64& rng, bool once, int32_t segment_tokens,
-                             gdn::Sm90SplitSteps steps,
                              bool qk_l2norm, bool unit_qk_rows, bool length_hint) {
   std::vector<int32_t> cu(1, 0);
   for (int len : pc.lengths) cu.push_back(cu.back() + len);
@@ -124,10 +121,9 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
   }
   const int64_t longest = length_hint ? *std::max_element(pc.lengths.begin(), pc.lengths.end()) : 0;
   const di_gdn_prefill_shape shape{geo, num_seqs, T, longest};
-  const bool forced_split =
-      (segment_tokens != 0 || steps != gdn::Sm90SplitSteps::fused) && std::string(backend.name) == "sm90";
+  const bool forced_split = segment_tokens != 0 && std::string(backend.name) == "sm90";
   const size_t scratch_bytes =
-      forced_split ? gdn::sm90_split_scratch_bytes(&shape, segment_tokens, steps) : backend.scratch_bytes(&shape);
+      forced_split ? gdn::sm90_split_scratch_bytes(&shape, segment_tokens) : backend.scratch_bytes(&shape);
   cuda::DeviceBuffer<uint8_t> scratch(scratch_bytes);
   auto run = [&](int rep) {
     PrefillSet& s = data[size_t(rep % sets)];
@@ -150,7 +146,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
     a.final_state = s.state.data();
     a.out = s.out.data();
     const auto st = reinterpret_cast<di_gdn_stream>(stream);
-    const int status = forced_split ? gdn::sm90_run_split(&a, scratch.data(), scratch_bytes, st, segment_tokens, steps)
+    const int status = forced_split ? gdn::sm90_run_split(&a, scratch.data(), scratch_bytes, st, segment_tokens)
                                     : backend.run(&a, scratch.data(), scratch_bytes, st);
     if (status != DI_GDN_OK) fail("backend {} returned status {}", backend.name, status);
   };
@@ -162,9 +158,7 @@ nlohmann::json bench_prefill(const di_gdn_prefill_backend& backend, const di_gdn
   return {{"backend", backend.name},
           {"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
           {"shape", pc.name},
-          {"segment_tokens", forced_split && segment_tokens != 0 ? nlohmann::json(segment_tokens)
-                                                                 : nlohmann::json("backend's choice")},
-          {"split_step_1", steps == gdn::Sm90SplitSteps::fused ? "fused" : "from stored factors"},
+          {"segment_tokens", forced_split ? nlohmann::json(segment_tokens) : nlohmann::json("backend's choice")},
           {"qk_l2norm", qk_l2norm},
           {"max_seq_tokens", longest},
           {"qk_rows", unit_qk_rows ? "unit" : "raw"},
@@ -295,57 +289,6 @@ nlohmann::json timeline_report(const std::vector<uint64_t>& stamps, int64_t ctas
   return {{"clock_mhz", clock_mhz}, {"warpgroups", groups}};
 }
 
-// The chunk-parallel factor pass of a context split (gdn/chunk_factors.h) over a whole batch: its time,
-// the bytes it moves (k, g and beta read; the Tinv' pairs and 1 / |k| written) against the copy
-// ceiling, and the SM time a chunk and value head takes (SMs x time / chunks x heads), the figure to
-// set beside the fused chunk's (docs/benchmarks/gdn-sm90.md, first section).
-nlohmann::json bench_chunk_factors(const di_gdn_geometry& geo, const PrefillCase& pc, cudaStream_t stream,
-                                   std::mt19937_64& rng, int num_sms) {
-  std::vector<int32_t> cu(1, 0), offsets(1, 0);
-  for (int len : pc.lengths) cu.push_back(cu.back() + len), offsets.push_back(offsets.back() + (len + 63) / 64);
-  const int64_t T = cu.back(), Hk = geo.num_k_heads, Hv = geo.num_v_heads, chunks = offsets.back();
-  const double read_bytes = double(T) * (Hk * 128 * 2 + Hv * 8);
-  const double written_bytes = double(chunks) * gdn::chunk_factors_bytes_per_chunk(int(Hk), int(Hv));
-  const int sets = int(std::clamp(std::ceil(2 * kL2Bytes / (read_bytes + written_bytes)), 1.0, 8.0));
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  struct Set {
-    cuda::DeviceBuffer<uint16_t> k, t_hi, t_lo;
-    cuda::DeviceBuffer<float> g, beta, k_inv;
-  };
-  std::vector<Set> data(static_cast<size_t>(sets));
-  for (Set& s : data) {
-    s.k = cuda::DeviceBuffer<uint16_t>(std::span<const uint16_t>(random_bf16(size_t(T * Hk * 128), rng, 1)));
-    std::vector<float> g(size_t(T * Hv)), beta(g.size());
-    for (size_t i = 0; i < g.size(); ++i) g[i] = std::log(0.5f + 0.5f * u(rng)), beta[i] = u(rng);
-    s.g = cuda::DeviceBuffer<float>(std::span<const float>(g));
-    s.beta = cuda::DeviceBuffer<float>(std::span<const float>(beta));
-    s.t_hi = cuda::DeviceBuffer<uint16_t>(size_t(chunks * Hv * 64 * 64));
-    s.t_lo = cuda::DeviceBuffer<uint16_t>(size_t(chunks * Hv * 64 * 64));
-    s.k_inv = cuda::DeviceBuffer<float>(size_t(chunks * Hk * 64));
-  }
-  cuda::DeviceBuffer<int32_t> d_cu{std::span<const int32_t>(cu)}, d_offsets{std::span<const int32_t>(offsets)};
-  const Timing t = time_on_stream(stream, 10, 100, [&](int rep) {
-    Set& s = data[size_t(rep % sets)];
-    gdn::ChunkFactorsParams p;
-    p.k = s.k.data(), p.g = s.g.data(), p.beta = s.beta.data(), p.cu_seqlens = d_cu.data();
-    p.chunk_offsets = d_offsets.data(), p.t_hi = s.t_hi.data(), p.t_lo = s.t_lo.data(), p.k_inv = s.k_inv.data();
-    p.num_seqs = pc.num_seqs(), p.num_k_heads = int32_t(Hk), p.num_v_heads = int32_t(Hv);
-    p.max_chunks = int32_t(chunks), p.normalize_k = true;
-    DI_CUDA_CHECK(gdn::launch_chunk_factors(p, stream));
-  });
-  const double seconds = t.median_ms * 1e-3;
-  return {{"heads", std::to_string(Hk) + "/" + std::to_string(Hv)},
-          {"shape", pc.name},
-          {"median_us", t.median_ms * 1e3},
-          {"chunk_heads", chunks * Hv},
-          {"sm_us_per_chunk_head", double(num_sms) * t.median_ms * 1e3 / double(chunks * Hv)},
-          {"bytes_read", read_bytes},
-          {"bytes_written", written_bytes},
-          {"tbytes_per_s", (read_bytes + written_bytes) / seconds / 1e12},
-          {"fraction_of_copy_ceiling", (read_bytes + written_bytes) / seconds / 1e12 / kCopyTBps},
-          {"reps", t.reps}};
-}
-
 }  // namespace
 }  // namespace di::bench
 
@@ -387,11 +330,6 @@ int main(int argc, char** argv) {
   app.add_flag("--timeline", timeline,
                "record the sm90 kernel's stage timeline of each case's last launch and print its medians (a build "
                "configured with -DDI_SM90_TIMELINE=ON; with --backend sm90)");
-  bool chunk_factors = false, split_from_factors = false;
-  app.add_flag("--split-from-factors", split_from_factors,
-               "sm90's context split with step 1 from stored chunk factors (gdn/chunk_factors.h) where it splits");
-  app.add_flag("--chunk-factors", chunk_factors,
-               "only the chunk-parallel factor pass of a context split (gdn/chunk_factors.h) on each prefill shape");
   CLI11_PARSE(app, argc, argv);
   try {
     if (cuda::device_count() == 0) fail("no CUDA device visible");
@@ -406,21 +344,6 @@ int main(int argc, char** argv) {
     const di_gdn_geometry geo{hk, hv, 128, 128};
     nlohmann::json report = {{"provenance", bench::provenance()}, {"prefill", nlohmann::json::array()},
                              {"decode", nlohmann::json::array()}};
-    if (chunk_factors) {
-      report["chunk_factors"] = nlohmann::json::array();
-      std::printf("%-13s %-6s %-11s %10s %12s %9s %9s\n", "chunk factors", "heads", "shape", "us", "SM us/chunk", "TB/s",
-                  "of 4.3");
-      for (const std::string& mix : only_shape.empty() ? bench::kPrefillMixes : std::vector<std::string>{only_shape}) {
-        const nlohmann::json r = bench::bench_chunk_factors(geo, bench::parse_prefill_case(mix), stream, rng, d.num_sms);
-        std::printf("%-13s %-6s %-11s %10.1f %12.2f %9.2f %8.1f%%\n", "", r["heads"].get<std::string>().c_str(),
-                    mix.c_str(), r["median_us"].get<double>(), r["sm_us_per_chunk_head"].get<double>(),
-                    r["tbytes_per_s"].get<double>(), 100 * r["fraction_of_copy_ceiling"].get<double>());
-        report["chunk_factors"].push_back(r);
-      }
-      if (!json_out.empty()) std::ofstream(json_out) << report.dump(2) << "\n";
-      cudaStreamDestroy(stream);
-      return 0;
-    }
     std::printf("%-10s %-6s %-11s %10s %9s %8s %9s %8s\n", "backend", "heads", "shape", "ms", "TFLOP/s", "of 784",
                 "GB/s", "scratch");
     for (const di_gdn_prefill_backend* b : gdn::prefill_backends()) {
@@ -444,7 +367,7 @@ int main(int argc, char** argv) {
         int64_t total_tokens = 0;
         for (int len : pc.lengths) total_tokens += len;
         const di_gdn_prefill_shape shape{geo, pc.num_seqs(), total_tokens, no_length_hint ? 0 : max_len};
-        const bool splits = timeline && gdn::sm90_split_scratch_bytes(&shape, segment_tokens) > 0;  // either form
+        const bool splits = timeline && gdn::sm90_split_scratch_bytes(&shape, segment_tokens) > 0;
         const bool record = timeline && !splits;
         if (splits)
           std::printf("  timeline not recorded for %s: it runs as a context split (--segment-tokens -1 runs it whole)\n",
@@ -457,10 +380,7 @@ int main(int argc, char** argv) {
           const std::string e = gdn::sm90_timeline_attach({stamps.data(), timeline_chunks});
           if (!e.empty()) fail("{}", e);
         }
-        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens,
-                                                split_from_factors ? gdn::Sm90SplitSteps::from_factors
-                                                                   : gdn::Sm90SplitSteps::fused,
-                                                qk_l2norm,
+        nlohmann::json r = bench::bench_prefill(*b, geo, pc, stream, rng, once, segment_tokens, qk_l2norm,
                                                       qk_rows.empty() ? !qk_l2norm : qk_rows == "unit", !no_length_hint);
         if (record) {
           const std::string e = gdn::sm90_timeline_attach({});

@@ -149,23 +149,6 @@ if want gdn; then
   else
     row "GDN kernel lab" "FAILED (gdn_kernels.txt)"; failed=1
   fi
-  # The chunk-parallel factor pass of a context split, over the heads of the few-head and model shapes.
-  factors_ok=1
-  for heads in 4/16 2/8 16/32; do
-    "$build/bench/di_gdn_bench" --chunk-factors --heads "$heads" --json "$logs/chunk_factors_${heads/\//-}.json" \
-      >>"$logs/chunk_factors.txt" 2>&1 || factors_ok=0
-  done
-  # sm90 over the few-head shapes with its split's step 1 fused and from stored factors, A B B A.
-  for heads in 4/16 2/8; do
-    for form in fused factors factors fused; do
-      flag=(); [ $form = factors ] && flag=(--split-from-factors)
-      echo "== $heads, step 1 $form" >>"$logs/split_forms.txt"
-      "$build/bench/di_gdn_bench" --backend sm90 --heads "$heads" --qk-l2norm "${flag[@]}" \
-        >>"$logs/split_forms.txt" 2>&1 || factors_ok=0
-    done
-  done
-  if [ $factors_ok = 1 ]; then row "GDN chunk factors" "ok (chunk_factors.txt, split_forms.txt)"
-  else row "GDN chunk factors" "FAILED (chunk_factors.txt, split_forms.txt)"; failed=1; fi
 fi
 if want linear; then
   if "$build/bench/di_linear_bench" --json "$logs/linear.json" >"$logs/linear.txt" 2>&1; then
@@ -300,7 +283,7 @@ fi
 
 row "wall time" "$(( $(date +%s) - start )) s"
 echo
-for f in gdn_kernels.txt chunk_factors.txt split_forms.txt linear.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
+for f in gdn_kernels.txt linear.txt gdn_peers.txt engine.txt offline.txt tp.txt serve.txt hf_engine.txt; do [ -f "$logs/$f" ] && { echo "== $f"; cat "$logs/$f"; }; done
 for f in "$logs"/ab-*/report.md; do [ -f "$f" ] && { echo "== ${f#"$logs"/}"; cat "$f"; }; done
 [ -s "$logs/failures.txt" ] && { echo "== failures"; cat "$logs/failures.txt"; }
 printf '%s\n' "" "| step | result |" "|---|---|" "${rows[@]}"

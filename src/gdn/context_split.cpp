@@ -48,7 +48,6 @@ ContextSplit context_split_of(int num_seqs, int64_t total_tokens, int num_v_head
       segment_tokens % kContextSplitChunk != 0)
     return s;
   s.segment_tokens = segment_tokens;
-  s.max_chunks = total_tokens / kContextSplitChunk + num_seqs;
   s.max_carried = int32_t(total_tokens / segment_tokens);
   s.max_segments = s.max_carried + num_seqs;
   s.carried_may_be_whole_head = whole_head_ctas(2 * int64_t(s.max_carried) * num_v_heads, num_sms);
@@ -75,10 +74,9 @@ ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int64_t ma
   return best_split(num_seqs, total_tokens, first, num_v_heads, num_sms);
 }
 
-ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads,
-                                          int num_k_heads) {
+ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads) {
   ContextSplitScratch s;
-  if (split.segment_tokens == 0 || (split.from_factors && num_k_heads <= 0)) return s;
+  if (split.segment_tokens == 0) return s;
   size_t at = 0;
   auto take = [&](size_t bytes) {
     const size_t offset = at;
@@ -93,13 +91,6 @@ ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seq
   s.transfer = take(matrix * size_t(split.max_carried));
   s.local_state = take(matrix * size_t(split.max_carried));
   s.entry_state = take(matrix * size_t(split.max_segments));
-  if (split.from_factors) {
-    const size_t pair_half = size_t(split.max_chunks) * size_t(num_v_heads) * kContextSplitChunk * kContextSplitChunk * 2;
-    s.chunk_offsets = take(sizeof(int32_t) * size_t(num_seqs + 1));
-    s.factor_hi = take(pair_half);
-    s.factor_lo = take(pair_half);
-    s.factor_k_inv = take(sizeof(float) * size_t(split.max_chunks) * size_t(num_k_heads) * kContextSplitChunk);
-  }
   s.total = at;
   return s;
 }

@@ -47,23 +47,17 @@ T* at(void* scratch, size_t offset) {
 __global__ void plan_segments_kernel(const int32_t* cu_seqlens, int num_seqs, int num_v_heads, int num_sms,
                                      int32_t segment_tokens, int32_t max_segments, int32_t max_carried,
                                      ContextSegment* segments, int32_t* carried_segment, int32_t* seq_first,
-                                     int32_t* counts, int32_t* chunk_offsets, int64_t max_chunks) {
+                                     int32_t* counts) {
   kernels::allow_dependent_grid();  // step 1 launches at once and waits for the table
   if (threadIdx.x == 0) {
-    int32_t segs = 0, carried = 0, chunks = 0;
+    int32_t segs = 0, carried = 0;
     for (int s = 0; s < num_seqs; ++s) {
       seq_first[s] = segs;
-      if (chunk_offsets != nullptr) {  // a sequence's ceil(length / 64) chunks (none for an empty one),
-        chunk_offsets[s] = chunks;     // within the bound (see the header)
-        const int64_t n = (max(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], int64_t(0)) + kGdnChunk - 1) / kGdnChunk;
-        chunks = int32_t(min(int64_t(chunks) + n, max_chunks));
-      }
       int32_t n = segments_of(int64_t(cu_seqlens[s + 1]) - cu_seqlens[s], segment_tokens);
       n = min(n, min(max_segments - segs, max_carried - carried + 1));  // the bounds (see the header)
       if (n > 0) segs += n, carried += n - 1;
     }
     seq_first[num_seqs] = segs;
-    if (chunk_offsets != nullptr) chunk_offsets[num_seqs] = chunks;
     counts[0] = segs, counts[1] = carried;
     counts[2] = whole_head_ctas(2 * int64_t(carried) * num_v_heads, num_sms) ? 2 : 1;
     counts[3] = whole_head_ctas(int64_t(segs) * num_v_heads, num_sms) ? 2 : 1;
@@ -231,8 +225,7 @@ int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& la
   plan_segments_kernel<<<1, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
       cu_seqlens, num_seqs, num_v_heads, num_sms, split.segment_tokens, split.max_segments, split.max_carried,
       at<ContextSegment>(scratch, layout.segments), at<int32_t>(scratch, layout.carried_segment),
-      at<int32_t>(scratch, layout.seq_first), at<int32_t>(scratch, layout.counts),
-      split.from_factors ? at<int32_t>(scratch, layout.chunk_offsets) : nullptr, split.max_chunks);
+      at<int32_t>(scratch, layout.seq_first), at<int32_t>(scratch, layout.counts));
   return cudaGetLastError() == cudaSuccess ? DI_GDN_OK : DI_GDN_LAUNCH_FAILED;
 }
 

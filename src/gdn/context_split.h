@@ -57,12 +57,6 @@ struct ContextSplit {
   bool segments_may_be_whole_head = false;
   double estimated_us = 0;           // the model's time for the split (see choose_context_split)
   double estimated_plain_us = 0;     // and for the batch unsplit
-  // Steps 1 and 3 from stored chunk factors (gdn/chunk_factors.h): a factor pass over every chunk of
-  // the batch after the plan, and the steps' CTAs read each chunk's Tinv' and 1 / |k| instead of
-  // making them (no K Kᵀ or inverse on their serial path; step 3 keeps Q Kᵀ). Only when a caller
-  // forces it (sm90_run_split): the cost model has no figures for it yet.
-  bool from_factors = false;
-  int64_t max_chunks = 0;  // any batch of this size has at most total / 64 + num_seqs chunks
 };
 
 // Scratch of a split (byte offsets into the caller's scratch, each 256-aligned; total 0 without one).
@@ -75,11 +69,6 @@ struct ContextSplitScratch {
   size_t transfer = 0;         // f32 [max_carried, Hv, K, K]: M, [K, K'] with K' contiguous
   size_t local_state = 0;      // f32 [max_carried, Hv, K, V]: N, V contiguous
   size_t entry_state = 0;      // f32 [max_segments, Hv, K, V]: each segment's entry state
-  // With from_factors (else 0):
-  size_t chunk_offsets = 0;    // int32 [num_seqs + 1]: the first chunk of each sequence (the plan's)
-  size_t factor_hi = 0;        // bf16 [max_chunks, Hv, 64, 64]: Tinv' = hi + lo of every chunk and head
-  size_t factor_lo = 0;
-  size_t factor_k_inv = 0;     // f32 [max_chunks, Hk, 64]: 1 / |k| of every row
   size_t total = 0;
 };
 
@@ -184,15 +173,12 @@ inline bool possible_longest_sequence(int num_seqs, int64_t total_tokens, int64_
 ContextSplit choose_context_split(int num_seqs, int64_t total_tokens, int64_t max_seq_tokens, int num_v_heads,
                                   int num_sms);
 
-// num_k_heads: needed only with from_factors (1 / |k| is per key head).
-ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads,
-                                          int num_k_heads = 0);
+ContextSplitScratch context_split_scratch(const ContextSplit& split, int num_seqs, int num_v_heads);
 
 
 // The device steps of a split (context_split.cu, CUDA builds), enqueued on `stream` into the scratch
 // laid out by context_split_scratch(); each returns a di_gdn_status.
-// The plan: the segments of every sequence of cu_seqlens (device memory) and the counts (and, with
-// from_factors, the chunk offsets the factor pass reads). A batch
+// The plan: the segments of every sequence of cu_seqlens (device memory) and the counts. A batch
 // whose sequences end past the bounds of `split` (cu_seqlens past total_tokens, against the ABI) gets
 // no segments past them: memory stays safe, its results are undefined.
 int launch_context_plan(const ContextSplit& split, const ContextSplitScratch& layout, void* scratch,

@@ -81,7 +81,6 @@
 #include <string>
 
 #include "gdn/backend_common.cuh"
-#include "gdn/chunk_factors.h"
 #include "gdn/chunk_math.cuh"
 #include "gdn/context_split.h"
 #include "gdn/sm90_timeline.h"
@@ -390,65 +389,13 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
   kernels::cp_async_arrive(landed);
 }
 
-// One chunk's stored factors (a split from them, gdn/chunk_factors.h): batch chunk `chunk` of the
-// factor pass's Tinv' pairs and 1 / |k|, for value head `head` and its key head.
-struct ChunkFactorsIn {
-  const bf16* hi;
-  const bf16* lo;
-  const float* k_inv;
-  int64_t chunk;
-  int head, key_head;
-};
-
-// 1 / |k| into the stage, and Tinv' as hi + lo operands in the layout prepare_chunk converts its own
-// inverse into (thread t: columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e), from
-// the factor pass's row-major pairs. The caller fences and syncs.
-template <typename C>
-__device__ __forceinline__ void copy_chunk_factors(const di_gdn_prefill_args& args, const Stage<C>& st,
-                                                   const ChunkFactorsIn& f, int t) {
-  const int Hk = args.geometry.num_k_heads, Hv = args.geometry.num_v_heads;
-  if (t < kChunk) st.k_inv[t] = f.k_inv[(f.chunk * Hk + f.key_head) * kChunk + t];
-  const int64_t base = (f.chunk * Hv + f.head) * kChunk * kChunk;
-  const int r0 = t % 8 + 8 * (t / 64), c = ((t / 8) % 8) * 8;
-  const uint32_t dst = wg::operand_offset(r0, c, kChunk);
-#pragma unroll
-  for (int e = 0; e < kChunk / 16; ++e) {
-    const int64_t from = base + int64_t(r0 + 16 * e) * kChunk + c;
-    const uint32_t at = dst + e * 2 * (kChunk / 8) * wg::kCoreBytes;  // 16 rows further
-    *reinterpret_cast<uint4*>(st.t_hi + at) = __ldg(reinterpret_cast<const uint4*>(f.hi + from));
-    if constexpr (kSplits.tinv) *reinterpret_cast<uint4*>(st.t_lo + at) = __ldg(reinterpret_cast<const uint4*>(f.lo + from));
-  }
-}
-
-// An auxiliary warpgroup's part of a state-only chunk of a split from stored factors (step 1): the
-// gates and the zeroed rows as prepare_chunk makes them, then the chunk's factors copied in, with no
-// Gram product or inverse. Ends with the stage's writes fenced for wgmma.
-template <typename C>
-__device__ __forceinline__ void prepare_state_chunk_from_factors(const di_gdn_prefill_args& args, const Stage<C>& st,
-                                                                 int len, int t, int chunk, const ChunkFactorsIn& f) {
-  if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
-    zero_rows_past(st.k, kHeadDim / 8, len, t);
-    zero_rows_past(st.v, C::kGroups * kTileV / 8, len, t);
-  }
-  if (t < 32)
-    chunk_gates(st.g_raw[2 * t], st.g_raw[2 * t + 1], st.beta_raw[2 * t], st.beta_raw[2 * t + 1], len, t, st.G,
-                st.beta, st.exp_G, st.tail);
-  copy_chunk_factors<C>(args, st, f, t);
-  wg::fence_async_shared();
-  AuxGroupSync<C>::sync();  // the stage's operands are all written before the state warpgroups are told
-  stamp(t == 0, kTimelineAuxGroup, chunk, 9);
-}
-
 // An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates; the Gram products, and the inverse norms while they run; P (scale folded in) as an operand;
 // (I + L')^-1 in f32 in the stage; Tinv' as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
-// A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P. With
-// kFromFactors (step 3 of a split from stored factors) K Kᵀ, L' and the inverse give way to the
-// chunk's stored Tinv' and 1 / |k| (`factors`); Q Kᵀ, the q norms and P stay.
-template <typename C, bool kStateOnly, bool kFromFactors = false>
+// A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
+template <typename C, bool kStateOnly>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, int len, int t,
-                                              int chunk, const ChunkFactorsIn& factors = {}) {
-  static_assert(!(kStateOnly && kFromFactors), "step 1 from factors: prepare_state_chunk_from_factors");
+                                              int chunk) {
   using AuxSync = AuxGroupSync<C>;
   float* const inv_s = st.inv;
   const wg::Fragment frag(t);
@@ -465,7 +412,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
                   st.beta, st.exp_G, st.tail);
     if (!normalize_qk) {
       if (!kStateOnly && t < kChunk) st.q_inv[t] = 1.0f;
-      if (!kFromFactors && t >= kChunk) st.k_inv[t - kChunk] = 1.0f;  // else the factors' (1 there too)
+      if (t >= kChunk) st.k_inv[t - kChunk] = 1.0f;
     }
   };
   if (len < kChunk) {  // the sequence's last chunk: the rows past its end are the next sequence's
@@ -489,9 +436,8 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     wg::wgmma_fence();
     const auto q_op = wg::k_major_pieces(st.q, kChunk), k_op = wg::k_major_pieces(st.k, kChunk);
     if (!kStateOnly) wg::mma<kHeadDim>(qk, q_op, k_op, false);
-    if (!kFromFactors) wg::mma<kHeadDim>(kk, k_op, k_op, false);
+    wg::mma<kHeadDim>(kk, k_op, k_op, false);
     wg::wgmma_commit();
-    if constexpr (kFromFactors) copy_chunk_factors<C>(args, st, factors, t);  // while Q Kᵀ runs
     if constexpr (kGramFirst) {
       make_gates();
       stamp(t == 0, kTimelineAuxGroup, chunk, 3);
@@ -525,7 +471,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     }
     wg::wgmma_wait<0>();
     wg::fence_registers(qk), wg::fence_registers(kk);
-    if (!kFromFactors && normalize_qk) {
+    if (normalize_qk) {
       // |k_r|^2 is K Kᵀ's diagonal element (r, r): in the quad of row r's threads, the lane
       // 4 r' + r' / 2 (r' = r % 8) holds it as element r' % 2 of column group j = 2 w + h. Every lane
       // picks that element by masks of its bits (a select or a branch over j put kk in local memory, or
@@ -603,16 +549,9 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
         const int i = 4 * j + 2 * h;
         if (!kStateOnly)
           *reinterpret_cast<uint32_t*>(st.p + frag.direct_offset(i, kChunk)) = kernels::pack_bf16x2(p[h][0], p[h][1]);
-        if (!kFromFactors)
-          *reinterpret_cast<float2*>(inv_s + (frag.row0 + 8 * h) * kInvStride + c) = make_float2(l[h][0], l[h][1]);
+        *reinterpret_cast<float2*>(inv_s + (frag.row0 + 8 * h) * kInvStride + c) = make_float2(l[h][0], l[h][1]);
       }
     }
-  }
-  if constexpr (kFromFactors) {  // Tinv' and 1 / |k| were copied in while Q Kᵀ ran
-    wg::fence_async_shared();
-    AuxSync::sync();
-    stamp(t == 0, kTimelineAuxGroup, chunk, 9);
-    return;
   }
   AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 5);
@@ -666,13 +605,6 @@ struct SplitWork {
   float* transfer;            // M of each carried segment and head, [K, K'] (K' contiguous)
   float* local_state;         // N, [K, V]
   const float* entry_state;   // each segment's entry state, [K, V]
-  // A split from stored factors (ContextSplit::from_factors; null otherwise): every chunk's Tinv' pair
-  // and 1 / |k| (gdn/chunk_factors.h), at the chunk offsets the plan wrote, read by steps 1 and 3.
-  const bf16* factor_hi;
-  const bf16* factor_lo;
-  const float* factor_k_inv;
-  const int32_t* chunk_offsets;
-  int64_t max_chunks;
 };
 
 // What a CTA computes: its tokens, its head and value tile, where its state comes from and goes to.
@@ -685,7 +617,6 @@ struct CtaWork {
   float* final_state;    // nullptr: not written
   bool final_kv;
   bool zero_v;
-  int64_t first_factor_chunk;  // a split from stored factors: the batch chunk of the segment's first
 };
 
 template <typename C, Launch kLaunch>
@@ -719,15 +650,11 @@ __device__ __forceinline__ CtaWork cta_work(const di_gdn_prefill_args& args, con
     w.identity = w.zero_v = transfer;
     w.final_state = (transfer ? split.transfer : split.local_state) + (carried * Hv + w.head) * kMatrix;
     w.final_kv = true;
-    if (split.factor_hi != nullptr)  // segments start at whole chunks from their sequence's start
-      w.first_factor_chunk = split.chunk_offsets[seg.seq] + (seg.begin - args.cu_seqlens[seg.seq]) / kChunk;
   } else {
     const int64_t index = item / uint32_t(Hv);
     if (index >= split.counts[0] || split.counts[3] != C::kGroups) return CtaWork{};
     const ContextSegment seg = split.segments[index];
     w.begin = seg.begin, w.length = seg.length;
-    if (split.factor_hi != nullptr)
-      w.first_factor_chunk = split.chunk_offsets[seg.seq] + (seg.begin - args.cu_seqlens[seg.seq]) / kChunk;
     if (seg.entry >= 0) {
       w.initial = split.entry_state + (int64_t(seg.entry) * Hv + w.head) * kMatrix;
       w.initial_kv = true;
@@ -789,19 +716,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       stamp(t == 0, kTimelineAuxGroup, chunk, 1);
       kernels::mbarrier_wait(landed + chunk % C::kInputSlots, uint32_t(chunk / C::kInputSlots) & 1);
       stamp(t == 0, kTimelineAuxGroup, chunk, 2);
-      const Stage<C> st(smem, chunk);
-      if constexpr (kLaunch == Launch::sequences) {
-        prepare_chunk<C, kStateOnly>(args, st, chunk_len(chunk), t, chunk);
-      } else if (split.factor_hi != nullptr) {  // a split from stored factors
-        const ChunkFactorsIn f{split.factor_hi, split.factor_lo, split.factor_k_inv,
-                               min(work.first_factor_chunk + chunk, split.max_chunks - 1), head, key_head};
-        if constexpr (kStateOnly)
-          prepare_state_chunk_from_factors<C>(args, st, chunk_len(chunk), t, chunk, f);
-        else
-          prepare_chunk<C, false, true>(args, st, chunk_len(chunk), t, chunk, f);
-      } else {
-        prepare_chunk<C, kStateOnly>(args, st, chunk_len(chunk), t, chunk);
-      }
+      prepare_chunk<C, kStateOnly>(args, Stage<C>(smem, chunk), chunk_len(chunk), t, chunk);
       bar_arrive<C>(kBarFull0 + chunk % kStages);
     }
     return;
@@ -1064,8 +979,7 @@ int launch_split_step(bool may_be_whole_head, const di_gdn_prefill_args& a, di_g
 // A split batch (gdn/context_split.h): the plan, step 1 (N and M of every carried segment), the
 // carry, step 3. Every launch is sized by the split's bounds; the plan's counts idle the rest.
 int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scratch, int num_sms, di_gdn_stream stream) {
-  const ContextSplitScratch layout =
-      context_split_scratch(split, a.num_seqs, a.geometry.num_v_heads, a.geometry.num_k_heads);
+  const ContextSplitScratch layout = context_split_scratch(split, a.num_seqs, a.geometry.num_v_heads);
   auto at = [&](size_t offset) { return static_cast<unsigned char*>(scratch) + offset; };
   const int64_t Hv = a.geometry.num_v_heads;
   if (const int status = launch_context_plan(split, layout, scratch, a.cu_seqlens, a.num_seqs, int(Hv), num_sms, stream);
@@ -1078,22 +992,6 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   work.transfer = reinterpret_cast<float*>(at(layout.transfer));
   work.local_state = reinterpret_cast<float*>(at(layout.local_state));
   work.entry_state = reinterpret_cast<const float*>(at(layout.entry_state));
-  if (split.from_factors) {  // every chunk's Tinv' and 1 / |k|, between the plan and step 1
-    if (split.max_chunks > INT32_MAX) return DI_GDN_UNSUPPORTED;
-    ChunkFactorsParams f;
-    f.k = a.k, f.g = a.g, f.beta = a.beta, f.cu_seqlens = a.cu_seqlens;
-    f.chunk_offsets = reinterpret_cast<const int32_t*>(at(layout.chunk_offsets));
-    f.t_hi = at(layout.factor_hi), f.t_lo = at(layout.factor_lo);
-    f.k_inv = reinterpret_cast<float*>(at(layout.factor_k_inv));
-    f.num_seqs = a.num_seqs, f.num_k_heads = a.geometry.num_k_heads, f.num_v_heads = int32_t(Hv);
-    f.max_chunks = int32_t(split.max_chunks), f.normalize_k = (a.flags & DI_GDN_QK_L2NORM) != 0;
-    if (launch_chunk_factors(f, reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return DI_GDN_LAUNCH_FAILED;
-    work.factor_hi = reinterpret_cast<const bf16*>(at(layout.factor_hi));
-    work.factor_lo = reinterpret_cast<const bf16*>(at(layout.factor_lo));
-    work.factor_k_inv = reinterpret_cast<const float*>(at(layout.factor_k_inv));
-    work.chunk_offsets = f.chunk_offsets;
-    work.max_chunks = split.max_chunks;
-  }
   if (const int status = launch_split_step<Launch::carried>(split.carried_may_be_whole_head, a, stream,
                                                            2 * Hv * split.max_carried, work);
       status != DI_GDN_OK)
@@ -1102,18 +1000,13 @@ int run_split(const di_gdn_prefill_args& a, const ContextSplit& split, void* scr
   return launch_split_step<Launch::segments>(split.segments_may_be_whole_head, a, stream, Hv * split.max_segments, work);
 }
 
-// The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h), its step 1 as
-// `steps` says.
-ContextSplit split_for(const di_gdn_prefill_shape& shape, int num_sms, int32_t segment_tokens,
-                       Sm90SplitSteps steps = Sm90SplitSteps::fused) {
+// The split a run makes: the policy's, or the one a caller forces (sm90_prefill.h).
+ContextSplit split_for(const di_gdn_prefill_shape& shape, int num_sms, int32_t segment_tokens) {
   if (segment_tokens < 0) return {};
-  ContextSplit split =
-      segment_tokens == 0
-          ? choose_context_split(shape.num_seqs, shape.total_tokens, shape.max_seq_tokens, shape.geometry.num_v_heads,
-                                 num_sms)
-          : context_split_of(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms, segment_tokens);
-  split.from_factors = split.segment_tokens > 0 && steps == Sm90SplitSteps::from_factors;
-  return split;
+  if (segment_tokens == 0)
+    return choose_context_split(shape.num_seqs, shape.total_tokens, shape.max_seq_tokens, shape.geometry.num_v_heads,
+                                num_sms);
+  return context_split_of(shape.num_seqs, shape.total_tokens, shape.geometry.num_v_heads, num_sms, segment_tokens);
 }
 
 int sm90_supports(const di_gdn_geometry* geometry, const di_gdn_device* device, di_gdn_state_layout layout,
@@ -1143,18 +1036,18 @@ int sm90_run(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size
 
 }  // namespace
 
-size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens, Sm90SplitSteps steps) {
+size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens) {
   if (shape == nullptr || shape->num_seqs <= 0 || shape->total_tokens < 0 ||
       !length_hint_ok(shape->num_seqs, shape->total_tokens, shape->max_seq_tokens))
     return 0;
   di_gdn_device info{};
   if (!current_device(info)) return 0;
-  const ContextSplit split = split_for(*shape, info.num_sms, segment_tokens, steps);
-  return context_split_scratch(split, shape->num_seqs, shape->geometry.num_v_heads, shape->geometry.num_k_heads).total;
+  const ContextSplit split = split_for(*shape, info.num_sms, segment_tokens);
+  return context_split_scratch(split, shape->num_seqs, shape->geometry.num_v_heads).total;
 }
 
 int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size, di_gdn_stream stream,
-                   int32_t segment_tokens, Sm90SplitSteps steps) {
+                   int32_t segment_tokens) {
   if (const int status = check_run_args(args); status != DI_GDN_OK) return status;
   const di_gdn_prefill_args& a = *args;
   const di_gdn_geometry& g = a.geometry;
@@ -1170,12 +1063,11 @@ int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratc
   di_gdn_device info{};
   if (!current_device(info)) return DI_GDN_LAUNCH_FAILED;
   if (sm90_supports(&g, &info, a.state_layout, nullptr, 0) != DI_GDN_OK) return DI_GDN_UNSUPPORTED;
-  const ContextSplit split = split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens, a.max_seq_tokens},
-                                       info.num_sms, segment_tokens, steps);
+  const ContextSplit split =
+      split_for(di_gdn_prefill_shape{g, a.num_seqs, a.total_tokens, a.max_seq_tokens}, info.num_sms, segment_tokens);
   if (split.segment_tokens > 0) {
     // The scratch the split needs (what scratch_bytes() said for this shape), aligned for its vectors.
-    if (scratch == nullptr ||
-        scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads, g.num_k_heads).total ||
+    if (scratch == nullptr || scratch_size < context_split_scratch(split, a.num_seqs, g.num_v_heads).total ||
         !aligned(scratch, 256))
       return DI_GDN_INVALID_ARGUMENT;
     return run_split(a, split, scratch, info.num_sms, stream);

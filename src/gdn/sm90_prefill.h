@@ -25,15 +25,9 @@ const di_gdn_prefill_backend& gdn_sm90_backend();
 // run() and scratch_bytes() with the context split chosen by the caller (tests, benchmarks):
 // segment_tokens 0 is the backend's own choice, -1 no split, a positive multiple of 64 segments of
 // that many tokens (a run() with another value is DI_GDN_INVALID_ARGUMENT).
-// steps: how a split's steps 1 and 3 get each chunk's K Kᵀ and inverse. fused (the backend's own):
-// each CTA makes them on its serial path; from_factors: a factor pass over every chunk of the batch
-// makes them first, all at once (gdn/chunk_factors.h), and both steps read them (more scratch: the
-// pairs, 256 bytes a token and value head).
-enum class Sm90SplitSteps { fused, from_factors };
-size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens,
-                                Sm90SplitSteps steps = Sm90SplitSteps::fused);
+size_t sm90_split_scratch_bytes(const di_gdn_prefill_shape* shape, int32_t segment_tokens);
 int sm90_run_split(const di_gdn_prefill_args* args, void* scratch, size_t scratch_size, di_gdn_stream stream,
-                   int32_t segment_tokens, Sm90SplitSteps steps = Sm90SplitSteps::fused);
+                   int32_t segment_tokens);
 
 // Dynamic shared memory of one CTA of the sm90 kernel.
 size_t sm90_prefill_smem_bytes();

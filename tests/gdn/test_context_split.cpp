@@ -179,31 +179,6 @@ TEST(ContextSplit, ScratchRegionsAreAlignedAndDisjoint) {
     EXPECT_LE(end, i + 1 < regions.size() ? regions[i + 1].first : l.total) << "region " << i;
   }
   EXPECT_EQ(context_split_scratch(ContextSplit{}, 3, 8).total, 0u);
-  EXPECT_EQ(l.chunk_offsets, 0u) << "the factor regions only with from_factors";
-  EXPECT_EQ(l.factor_hi, 0u);
-}
-
-// A split whose step 1 reads stored chunk factors: the same regions, then the chunk offsets, the
-// Tinv' pairs of every chunk bound (total / 64 + sequences) and head, and 1 / |k| per key head; and
-// no layout without the key heads, which the last region is sized by.
-TEST(ContextSplit, ScratchOfAStepOneFromFactors) {
-  ContextSplit s = context_split_of(3, 20000, 8, kH200Sms, 1024);
-  s.from_factors = true;
-  ASSERT_EQ(s.max_chunks, 20000 / 64 + 3);
-  const ContextSplitScratch plain = context_split_scratch(context_split_of(3, 20000, 8, kH200Sms, 1024), 3, 8);
-  const ContextSplitScratch l = context_split_scratch(s, 3, 8, 2);
-  EXPECT_EQ(l.entry_state, plain.entry_state);
-  const size_t pair_half = size_t(s.max_chunks) * 8 * 64 * 64 * 2;
-  const std::vector<std::pair<size_t, size_t>> regions = {
-      {l.entry_state, 128 * 128 * 4 * 8 * size_t(s.max_segments)}, {l.chunk_offsets, 4 * 4}, {l.factor_hi, pair_half},
-      {l.factor_lo, pair_half}, {l.factor_k_inv, size_t(s.max_chunks) * 2 * 64 * 4}};
-  for (size_t i = 0; i < regions.size(); ++i) {
-    EXPECT_EQ(regions[i].first % 256, 0u) << "region " << i;
-    EXPECT_GT(regions[i].first, i ? regions[i - 1].first : 0u) << "region " << i;
-    const size_t end = regions[i].first + regions[i].second;
-    EXPECT_LE(end, i + 1 < regions.size() ? regions[i + 1].first : l.total) << "region " << i;
-  }
-  EXPECT_EQ(context_split_scratch(s, 3, 8).total, 0u) << "no key heads given";
 }
 
 TEST(ContextSplit, MalformedRequestsGiveNoSplit) {

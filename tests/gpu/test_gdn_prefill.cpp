@@ -196,7 +196,6 @@ struct RunSetup {
   bool write_final = true;     // false: final_state NULL
   uint32_t flags = 0;          // di_gdn_prefill_args.flags
   int32_t segment_tokens = 0;  // sm90 only: its context split (sm90_run_split); 0 the backend's own
-  Sm90SplitSteps split_steps = Sm90SplitSteps::fused;  // with segment_tokens: how its step 1 runs
   int64_t max_seq_tokens = 0;  // the longest-sequence hint, in the shape and the args alike
 };
 
@@ -254,12 +253,12 @@ GpuResult run_backend(const di_gdn_prefill_backend& backend, const Batch& b, con
   // The scratch the backend asks for, poisoned: nothing may rely on its contents.
   const di_gdn_prefill_shape shape{b.geometry, args.num_seqs, args.total_tokens, args.max_seq_tokens};
   const bool split = setup.segment_tokens != 0 && &backend == &gdn_sm90_backend();
-  cuda::DeviceBuffer<uint8_t> scratch(split ? sm90_split_scratch_bytes(&shape, setup.segment_tokens, setup.split_steps)
+  cuda::DeviceBuffer<uint8_t> scratch(split ? sm90_split_scratch_bytes(&shape, setup.segment_tokens)
                                             : backend.scratch_bytes(&shape));
   scratch.fill_bytes(0xFF);
   void* scratch_ptr = scratch.size() > 0 ? scratch.data() : nullptr;
   const auto s = reinterpret_cast<di_gdn_stream>(stream);
-  r.status = split ? sm90_run_split(&args, scratch_ptr, scratch.size(), s, setup.segment_tokens, setup.split_steps)
+  r.status = split ? sm90_run_split(&args, scratch_ptr, scratch.size(), s, setup.segment_tokens)
                    : backend.run(&args, scratch_ptr, scratch.size(), s);
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   r.out = bf16_to_floats(out.download());
@@ -473,12 +472,6 @@ TEST_F(GdnPrefillBatch, RawQkNormalisedInKernelMatchesOracle) {
       setup.flags = DI_GDN_QK_L2NORM;
       const GpuResult got = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
       expect_matches_oracle(b, want, got, setup, backend_tolerance(*backend));
-      if (backend != &gdn_sm90_backend()) continue;
-      // sm90's split with step 1 from stored factors: the factor pass normalises the keys itself.
-      SCOPED_TRACE("a split into segments of 128 tokens, step 1 from stored factors");
-      setup.segment_tokens = 128, setup.split_steps = Sm90SplitSteps::from_factors;
-      const GpuResult split = run_backend(*backend, b, initial, kScale, setup, stream_, rng_);
-      expect_matches_oracle(b, want, split, setup, backend_tolerance(*backend));
     }
 }
 
@@ -593,23 +586,19 @@ TEST_F(GdnPrefillBatch, Sm90ContextSplitMatchesOracle) {
     for (bool with_initial : {false, true}) {
       const Reference<double> want = oracle(b, with_initial ? initial : std::vector<float>{}, kScale);
       for (int32_t segment_tokens : {64, 128, 192})
-        for (di_gdn_state_layout layout : kLayouts)
-          for (Sm90SplitSteps steps : {Sm90SplitSteps::fused, Sm90SplitSteps::from_factors}) {
-            SCOPED_TRACE(fmt::format("Hk {} Hv {}, segments of {} tokens, {}, {} initial state, step 1 {}",
-                                     geometry.num_k_heads, Hv, segment_tokens, layout_str(layout),
-                                     with_initial ? "random" : "NULL",
-                                     steps == Sm90SplitSteps::fused ? "fused" : "from stored factors"));
-            RunSetup setup;
-            setup.split_steps = steps;
-            setup.layout = layout;
-            setup.with_initial = with_initial;
-            setup.pool_slots = N + 3;
-            setup.slots = permuted_slots(N, setup.pool_slots);
-            setup.segment_tokens = segment_tokens;
-            setup.in_place = with_initial && segment_tokens == 128;
-            const GpuResult got = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
-            expect_matches_oracle(b, want, got, setup, backend_tolerance(gdn_sm90_backend()));
-          }
+        for (di_gdn_state_layout layout : kLayouts) {
+          SCOPED_TRACE(fmt::format("Hk {} Hv {}, segments of {} tokens, {}, {} initial state", geometry.num_k_heads,
+                                   Hv, segment_tokens, layout_str(layout), with_initial ? "random" : "NULL"));
+          RunSetup setup;
+          setup.layout = layout;
+          setup.with_initial = with_initial;
+          setup.pool_slots = N + 3;
+          setup.slots = permuted_slots(N, setup.pool_slots);
+          setup.segment_tokens = segment_tokens;
+          setup.in_place = with_initial && segment_tokens == 128;
+          const GpuResult got = run_backend(gdn_sm90_backend(), b, initial, kScale, setup, stream_, rng_);
+          expect_matches_oracle(b, want, got, setup, backend_tolerance(gdn_sm90_backend()));
+        }
     }
   }
 }
