@@ -650,6 +650,11 @@ class _FiPrepared(Prepared):
     def __init__(self, kernel, shape, sets, scale):
         self.fn, self.scale = kernel.fn, scale
         self.cu64 = sets[0]["cu32"].to(torch.int64)
+        # Releases from 0.6.14 choose their context split on the host: given the offsets there, the
+        # call needs no device-to-host copy and can be captured in a graph.
+        self.host_offsets = {}
+        if "cu_seqlens_cpu" in inspect.signature(self.fn).parameters:
+            self.host_offsets = dict(cu_seqlens_cpu=list(shape.cu), max_seqlen=max(shape.lens))
         self.bufs = []
         for s in sets:
             self.bufs.append(dict(
@@ -662,7 +667,7 @@ class _FiPrepared(Prepared):
         b = self.bufs[i]
         self.fn(b["q"], b["k"], b["v"], g=b["alpha"], beta=b["beta"], scale=self.scale, initial_state=b["h0"],
                 output_final_state=True, cu_seqlens=self.cu64, use_qk_l2norm_in_kernel=False, output=b["out"],
-                output_state=b["fin"])
+                output_state=b["fin"], **self.host_offsets)
 
     def poison(self, i):
         self.bufs[i]["out"].fill_(float("nan"))
