@@ -619,16 +619,18 @@ def prebuild_flashinfer(workspace):
 
 
 class FlashInferKernel(Kernel):
-    """FlashInfer chunk_gated_delta_rule: packed [T, H, D] + cu_seqlens (int64 on SM90), linear
-    alpha = exp(g) f32, beta f32, state [N, Hv, V, K] f32, caller-provided output and state.
-    0.6.13's SM90 path ignores use_qk_l2norm_in_kernel, so q/k are normalised (f32, rounded to
-    bf16) once per input set outside the timed call: its times exclude that pass. With a workspace
-    (--flashinfer-workspace), a GDN module prebuilt there is loaded without compiling."""
+    """FlashInfer chunk_gated_delta_rule, whichever release is importable (0.6.13's CUTLASS kernel or
+    a CuTe-DSL one from 0.6.14): packed [T, H, D] + cu_seqlens (int64 on SM90), linear alpha = exp(g)
+    f32, beta f32, state [N, Hv, V, K] f32, caller-provided output and state. 0.6.13's SM90 path
+    ignores use_qk_l2norm_in_kernel, so q/k are normalised (f32, rounded to bf16) once per input set
+    outside the timed call for every release: its times exclude that pass. With a workspace
+    (--flashinfer-workspace), a 0.6.13 GDN module prebuilt there is loaded without compiling."""
 
     def __init__(self, workspace=None):
         self.name = "flashinfer"
         self.notes = ("q/k pre-normalised outside the timed call (0.6.13 ignores use_qk_l2norm_in_kernel on "
-                      "SM90): its time excludes normalisation; g passed as linear alpha = exp(g)",)
+                      "SM90; every release gets the same inputs): its time excludes normalisation; g passed as "
+                      "linear alpha = exp(g)",)
         try:
             import flashinfer
             from flashinfer.gdn_prefill import chunk_gated_delta_rule
