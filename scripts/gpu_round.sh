@@ -176,6 +176,21 @@ if want peers && [ -f tools/bench/gdn_peers.py ]; then
   else
     row "GDN peer comparison" "FAILED (gdn_peers.txt)"; failed=1
   fi
+  # FlashInfer's current release (a package of the same name as the lock's 0.6.13, so a command of its
+  # own), when the parts tools/bench/pack_flashinfer_dsl_site.sh cuts were all carried (each in its own
+  # call to the warm machine: docs/benchmarks/gdn-peers.md, "FlashInfer's current release").
+  if ls .whl/fi-dsl/part-*/site.tar.xz.* >/dev/null 2>&1; then
+    fi_dsl=/tmp/deltainfer-fi-dsl
+    rm -rf "$fi_dsl" && mkdir -p "$fi_dsl"
+    if cat .whl/fi-dsl/part-*/site.tar.xz.* | xz -d | tar x -C "$fi_dsl" 2>"$logs/fi-dsl-unpack.log" &&
+       PYTHONPATH=$fi_dsl/site:$fi_dsl/site/nvidia_cutlass_dsl/dsl_packages CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} \
+         python3 tools/bench/gdn_peers.py --lib "$build/libdeltainfer_gdn.so" --kernels 'deltainfer:sm90,flashinfer' \
+         --out "$logs/peers-flashinfer-current" ${DI_PEERS_ARGS:-} >"$logs/gdn_peers_flashinfer_current.txt" 2>&1; then
+      row "GDN peers: FlashInfer's current release" "ok (peers-flashinfer-current/gdn_peers.md)"
+    else
+      row "GDN peers: FlashInfer's current release" "FAILED (fi-dsl-unpack.log: a part missing?, gdn_peers_flashinfer_current.txt)"; failed=1
+    fi
+  fi
 fi
 if want engine; then
   cat "$model4b/model.safetensors" >/dev/null  # into the page cache: the start-to-first-token case
