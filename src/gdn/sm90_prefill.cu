@@ -214,8 +214,27 @@ static_assert(Head::kSmemBytes == 197248 && HalfHead::kSmemBytes == 214144,
 // one that prepares the stage's chunk; one per warpgroup for its own steps; one over the state
 // warpgroups.
 constexpr int kBarFull0 = 1, kBarEmpty0 = kBarFull0 + kStages, kBarState0 = kBarEmpty0 + kStages,
-              kBarAux0 = kBarState0 + 2, kBarStates = kBarAux0 + 2;
-static_assert(kBarStates < 16, "sixteen named barriers");
+              kBarAux0 = kBarState0 + 2, kBarStates = kBarAux0 + 2, kBarTurn0 = kBarStates + 1;
+static_assert(kBarTurn0 + 1 < 16, "sixteen named barriers");
+
+// A measurement build (CMake DI_SM90_ORDERED_STATE_PRODUCTS): in whole-head CTAs the two state
+// warpgroups issue each group of products in turn, as FlashInfer's SM90 kernel does, so that one
+// warpgroup's arithmetic between its products can run while the other's are on the tensor cores.
+// Warpgroup w waits on barrier kBarTurn0 + w before it issues a group and, once the group is
+// committed, arrives on the other's; warpgroup 1 arrives on warpgroup 0's once at the start.
+#ifndef DI_GDN_SM90_ORDERED
+#define DI_GDN_SM90_ORDERED 0
+#endif
+template <typename C>
+struct ProductTurns {
+  static constexpr bool kOn = DI_GDN_SM90_ORDERED != 0 && C::kGroups == 2;
+  __device__ static void take(int w) {
+    if constexpr (kOn) asm volatile("bar.sync %0, %1;\n" ::"r"(kBarTurn0 + w), "n"(2 * kWarpgroup) : "memory");
+  }
+  __device__ static void pass(int w) {
+    if constexpr (kOn) asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarTurn0 + 1 - w), "n"(2 * kWarpgroup) : "memory");
+  }
+};
 // An auxiliary warpgroup's own barrier (its index from the thread's, so that the shared steps of
 // chunk_math.cuh can take it as a type).
 template <typename C>
@@ -725,6 +744,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   // ---- State warpgroup w: value columns v0 .. v0 + 63, every product transposed (rows = values).
   claim_registers<C::kStateRegisters>();
   using StatesSync = NamedSync<kBarStates, C::kStateThreads>;
+  using Turns = ProductTurns<C>;
   const int w = int(threadIdx.x) / kWarpgroup, tid = int(threadIdx.x) % kWarpgroup;
   const int v0 = (tile * C::kGroups + w) * kTileV;
   unsigned char* const out_s = smem + C::kOffOut + w * kMatOpBytes;  // the output's staging tile
@@ -764,6 +784,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     }
   }
 
+  if (w == 1) Turns::pass(w);  // warpgroup 0 goes first
   for (int chunk = 0; chunk < num_chunks; ++chunk) {
     const int b = chunk % kStages;
     const Stage<C> st(smem, chunk);
@@ -783,10 +804,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       pack_pairs(state[0], s_pairs);
       pack_pairs(state[1], s_pairs + 16);
       zero(ks), zero(qs);
+      Turns::take(w);
       wg::wgmma_fence();
       wg::mma_rs<kHeadDim>(ks, s_pairs, wg::k_major_pieces(st.k, kChunk), false);
       if (!kStateOnly) wg::mma_rs<kHeadDim>(qs, s_pairs, wg::k_major_pieces(st.q, kChunk), false);
       wg::wgmma_commit();
+      Turns::pass(w);
       wg::wgmma_wait<0>();
     }
     wg::fence_registers(ks), wg::fence_registers(qs);
@@ -824,11 +847,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     float vnew[32];
     zero(vnew);
     const auto t_hi = wg::k_major(st.t_hi, kChunk), t_lo = wg::k_major(st.t_lo, kChunk);
+    Turns::take(w);
     wg::wgmma_fence();
     wg::mma_rs<kChunk>(vnew, x_hi, t_hi, false);
     if constexpr (kSplits.tinv) wg::mma_rs<kChunk>(vnew, x_hi, t_lo, true);
     if constexpr (kSplits.x) wg::mma_rs<kChunk>(vnew, x_lo, t_hi, true);
     wg::wgmma_commit();
+    Turns::pass(w);
     wg::wgmma_wait<0>();
     wg::fence_registers(vnew);
     stamp(tid == 0, w, chunk, 4);
@@ -857,6 +882,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     const auto p_op = wg::k_major(st.p, kChunk);
     const auto k_keys_lo = wg::mn_major_pieces(st.k, kChunk),
                k_keys_hi = wg::mn_major_pieces(st.k + wg::piece_offset(0, 64, kChunk), kChunk);
+    Turns::take(w);
     wg::wgmma_fence();
     wg::mma_rs<kChunk>(state[0], w_hi, k_keys_lo, true);
     wg::mma_rs<kChunk>(state[1], w_hi, k_keys_hi, true);
@@ -869,6 +895,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
       if constexpr (kSplits.vnew_out) wg::mma_rs<kChunk>(qs, vnew_lo, p_op, true);
     }
     wg::wgmma_commit();
+    Turns::pass(w);
     wg::wgmma_wait<0>();
     wg::fence_registers(qs), wg::fence_registers(state[0]), wg::fence_registers(state[1]);
     stamp(tid == 0, w, chunk, 5);
