@@ -35,6 +35,8 @@
 //     output          (scaled Q S)ᵀ + Vnew_hiᵀ Pᵀ + Vnew_loᵀ Pᵀ  64 x 64 x 64 (two), onto the (Q S)ᵀ registers
 //     state           Sᵀ += W_hiᵀ K + W_loᵀ K   64 x (128 = 2 x 64) x 64 (four)
 //   Xᵀ, Vnewᵀ, Wᵀ and Sᵀ never go through shared memory; the per-token factors are per column.
+//   In a whole-head CTA of whole sequences the two state warpgroups issue these product groups in
+//   turn (ProductTurns), so that one's arithmetic between products runs under the other's.
 //   So the inverse, the largest serial stage of a chunk, overlaps the previous chunk's state work.
 //   The inputs are loaded two (whole head) or three (half head) chunks ahead, into the input slot the
 //   state warpgroups have just finished with: one thread issues the TMA boxes of Q, K and V (tensor
@@ -217,17 +219,15 @@ constexpr int kBarFull0 = 1, kBarEmpty0 = kBarFull0 + kStages, kBarState0 = kBar
               kBarAux0 = kBarState0 + 2, kBarStates = kBarAux0 + 2, kBarTurn0 = kBarStates + 1;
 static_assert(kBarTurn0 + 1 < 16, "sixteen named barriers");
 
-// A measurement build (CMake DI_SM90_ORDERED_STATE_PRODUCTS): in whole-head CTAs the two state
-// warpgroups issue each group of products in turn, as FlashInfer's SM90 kernel does, so that one
-// warpgroup's arithmetic between its products can run while the other's are on the tensor cores.
-// Warpgroup w waits on barrier kBarTurn0 + w before it issues a group and, once the group is
-// committed, arrives on the other's; warpgroup 1 arrives on warpgroup 0's once at the start.
-#ifndef DI_GDN_SM90_ORDERED
-#define DI_GDN_SM90_ORDERED 0
-#endif
-template <typename C>
+// In whole-head CTAs of whole sequences the two state warpgroups issue each group of products in
+// turn, so that one warpgroup's arithmetic between its products runs while the other's are on the
+// tensor cores (1.4-2.6% off the batches; the split's steps keep the free order, which measured
+// 0.6-1.2% faster there: docs/benchmarks/gdn-sm90.md). Warpgroup w waits on barrier kBarTurn0 + w
+// before it issues a group and, once the group is committed, arrives on the other's; warpgroup 1
+// arrives on warpgroup 0's once at the start, and warpgroup 0 takes that last arrival at the end, so
+// that every arrival is matched.
+template <bool kOn>
 struct ProductTurns {
-  static constexpr bool kOn = DI_GDN_SM90_ORDERED != 0 && C::kGroups == 2;
   __device__ static void take(int w) {
     if constexpr (kOn) asm volatile("bar.sync %0, %1;\n" ::"r"(kBarTurn0 + w), "n"(2 * kWarpgroup) : "memory");
   }
@@ -744,7 +744,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
   // ---- State warpgroup w: value columns v0 .. v0 + 63, every product transposed (rows = values).
   claim_registers<C::kStateRegisters>();
   using StatesSync = NamedSync<kBarStates, C::kStateThreads>;
-  using Turns = ProductTurns<C>;
+  using Turns = ProductTurns<C::kGroups == 2 && kLaunch == Launch::sequences>;
   const int w = int(threadIdx.x) / kWarpgroup, tid = int(threadIdx.x) % kWarpgroup;
   const int v0 = (tile * C::kGroups + w) * kTileV;
   unsigned char* const out_s = smem + C::kOffOut + w * kMatOpBytes;  // the output's staging tile
@@ -913,6 +913,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gdn_sm90_prefill_kernel(const 
     }
     stamp(tid == 0, w, chunk, 7);
   }
+  if (w == 0) Turns::take(w);  // warpgroup 1's last arrival
 
   if (work.final_state != nullptr) {
     float* dst = work.final_state;
