@@ -9,7 +9,7 @@ v ~ N(0, 1) in bf16, decays mostly in [0.5, 1] with rare strong ones, beta = sig
 random initial state. Accumulation is float64 (the kernel's f32 accumulators add far less error than
 its operand roundings); S is a single bf16 operand of K S and Q S in every configuration.
 
-usage: gdn_chunk_model.py [--seed N] [--tokens T] [--gate-scale S] [--split-tokens L]
+usage: gdn_chunk_model.py [--seed N] [--tokens T] [--gate-scale S] [--split-tokens L] [--key-norm-spread S]
 """
 import argparse
 
@@ -39,24 +39,54 @@ def to_tf32(x):
     return bits.view(np.float32).astype(np.float64)
 
 
-def blocked_inverse(a, rounding):
-    """(I + L)^-1 as the kernels make it: 16 x 16 diagonal blocks exactly (float32), then merges of
-    adjacent blocks, T_hl = -T_hh (L_hl T_ll), with both products' operands rounded by `rounding`."""
+def blocked_inverse(a, rounding, base=16, stored=None):
+    """(I + L)^-1 as the kernels make it: `base` x `base` diagonal blocks exactly (float32), then merges
+    of adjacent blocks, T_hl = -T_hh (L_hl T_ll), with both products' operands rounded by `rounding`.
+    With `stored`, every level's results (the diagonal blocks, L_hl T_ll, T_hl) are rounded by it as
+    well, as a kernel that keeps them in shared memory in a narrower type does."""
+    keep = stored or (lambda x: x)
     n = a.shape[0]
     t = np.zeros((n, n))
-    for b in range(0, n, 16):
-        e = min(b + 16, n)
-        t[b:e, b:e] = np.linalg.inv(a[b:e, b:e]).astype(np.float32)
-    size = 16
+    for b in range(0, n, base):
+        e = min(b + base, n)
+        t[b:e, b:e] = keep(np.linalg.inv(a[b:e, b:e]).astype(np.float32))
+    size = base
     while size < n:
         for b in range(0, n, 2 * size):
             mid, e = min(b + size, n), min(b + 2 * size, n)
             if mid >= e:
                 continue
-            y = rounding(a[mid:e, b:mid]) @ rounding(t[b:mid, b:mid])
-            t[mid:e, b:mid] = (-(rounding(t[mid:e, mid:e]) @ rounding(y))).astype(np.float32)
+            y = keep(rounding(a[mid:e, b:mid]) @ rounding(t[b:mid, b:mid]))
+            t[mid:e, b:mid] = keep((-(rounding(t[mid:e, mid:e]) @ rounding(y))).astype(np.float32))
         size *= 2
     return t
+
+
+def inverse_of(l_mat, form, key_norms, stats):
+    """(I + L)^-1 by one of the blocked forms. Forms ending in ", similar system" invert L' = N L N^-1
+    (N = diag(1 / |k|) of the raw keys, as sm90 does to spare its auxiliary warpgroup a barrier for the
+    key norms) and map the result back; L' has the same rounding as L in relative terms but entries
+    scaled by |k_c| / |k_r|, which is what a narrow type's range has to hold."""
+    n = len(l_mat)
+    similar = form.endswith(", similar system")
+    base_form = form[:-len(", similar system")] if similar else form
+    scale = key_norms[None, :] / key_norms[:, None] if similar else np.ones((n, n))
+    a = np.eye(n) + l_mat * scale
+    with np.errstate(over="ignore", invalid="ignore"):
+        if base_form == "tf32 merges":
+            t = blocked_inverse(a, to_tf32)
+        elif base_form == "fp16 merges":  # fp16 operands (11 bits, as tf32's), f32 results
+            t = blocked_inverse(a, to_f16)
+        elif base_form == "fp16 levels":  # FlashInfer 0.7.4: the matrix, every level's results in fp16, 8 x 8 blocks
+            t = blocked_inverse(to_f16(a), to_f16, base=8, stored=to_f16)
+        else:
+            raise ValueError(form)
+    key = f"{form}: largest |entry| of I + L, of the inverse"
+    seen = stats.get(key, (0.0, 0.0))
+    stats[key] = (max(seen[0], np.abs(a).max()), max(seen[1], np.nanmax(np.abs(t)) if np.isfinite(t).any() else np.inf))
+    if not np.isfinite(t).all():
+        stats[f"{form}: chunks whose inverse overflowed"] = stats.get(f"{form}: chunks whose inverse overflowed", 0) + 1
+    return t / scale
 
 
 def hi_lo(x, rounding):
@@ -129,8 +159,9 @@ def state_operand(w, form):
     raise ValueError(form)
 
 
-def chunked(q, k, v, g, beta, state, scale, forms, stats=None):
+def chunked(q, k, v, g, beta, state, scale, forms, stats=None, key_norms=None):
     stats = {} if stats is None else stats
+    key_norms = np.ones(len(k)) if key_norms is None else key_norms
     s = state.copy()
     out = np.empty_like(v)
     for c0 in range(0, len(q), CHUNK):
@@ -143,6 +174,8 @@ def chunked(q, k, v, g, beta, state, scale, forms, stats=None):
         l_mat = np.tril(bc[:, None] * decay * (kc @ kc.T), -1)
         if forms.get("inverse") == "tf32 merges":
             t_inv = blocked_inverse(np.eye(n) + l_mat, to_tf32)
+        elif forms.get("inverse", "").startswith(("fp16", "tf32 merges, similar")):
+            t_inv = inverse_of(l_mat, forms["inverse"], key_norms[rows], stats)
         elif forms.get("inverse", "").startswith("gate-free"):
             # (I + L)^-1 = Gamma (.) (I + L0)^-1 with L0 = strict_lower(diag(beta) K K^T) (GDN_KERNELS.md
             # 1.2): L0's inverse in float32 (made apart from the gates, e.g. by a pre-pass), stored as
@@ -294,6 +327,24 @@ CONFIGURATIONS = {
                                                 inverse="tf32 merges"),
     "bf16: every operand single (32)": dict(vnew="single bf16", output="single bf16", state="single bf16",
                                             inverse="tf32 merges"),
+    # The inverse on fp16 operands instead of tf32 ones (the same 11 bits, half the mma.sync steps at k16),
+    # and FlashInfer 0.7.4's inverse (the matrix and every level in fp16, 8 x 8 blocks); everything else as
+    # sm90. The ", similar system" forms invert sm90's L' = N L N^-1 of the raw keys (--key-norm-spread).
+    "sm90, the merges on fp16 operands": dict(vnew="bf16 hi+lo, three products",
+                                              output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                              inverse="fp16 merges"),
+    "sm90, FlashInfer's inverse (fp16 levels)": dict(vnew="bf16 hi+lo, three products",
+                                                     output="bf16 P, bf16 hi+lo Vnew, two products",
+                                                     state="bf16 hi+lo", inverse="fp16 levels"),
+    "sm90 as built, L' of the raw keys": dict(vnew="bf16 hi+lo, three products",
+                                              output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                              inverse="tf32 merges, similar system"),
+    "fp16 merges, L' of the raw keys": dict(vnew="bf16 hi+lo, three products",
+                                            output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                            inverse="fp16 merges, similar system"),
+    "fp16 levels, L' of the raw keys": dict(vnew="bf16 hi+lo, three products",
+                                            output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
+                                            inverse="fp16 levels, similar system"),
     "gate-free Tinv0 in f32, gated after": dict(vnew="bf16 hi+lo, three products",
                                                 output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
                                                 inverse="gate-free, f32"),
@@ -316,6 +367,11 @@ def main():
     parser.add_argument("--gate-scale", type=float, default=1.0,
                         help="multiply the drawn log-decays (below 1: longer memory, e.g. 0.05 puts a chunk's decay "
                              "near the real model's; the tests' draw forgets most of the state every chunk)")
+    parser.add_argument("--key-norm-spread", type=float, default=0.0,
+                        help="raw key norms exp(S N(0, 1)) a token (0: all 1), for the forms that invert sm90's "
+                             "similar system L' = N L N^-1; the recurrence sees the normalised keys either way")
+    parser.add_argument("--only", default="",
+                        help="only the configurations whose names contain this text")
     parser.add_argument("--split-tokens", type=int, default=0,
                         help="also model a context split from chunk-parallel WY factors (W, U through the scratch) "
                              "with segments of this many tokens (a multiple of 64)")
@@ -330,19 +386,24 @@ def main():
         shared /= np.linalg.norm(shared)
         k = (1 - args.key_correlation) * k + args.key_correlation * shared
         k = to_bf16(k / np.linalg.norm(k, axis=1, keepdims=True))
+    key_norms = np.exp(args.key_norm_spread * rng.standard_normal(args.tokens))
     scale = K ** -0.5
     want_out, want_state = recurrence(q, k, v, g, beta, state, scale)
     chunk_decay = np.exp([g[c:c + CHUNK].sum() for c in range(0, len(g), CHUNK)])
     print(f"seed {args.seed}, {args.tokens} tokens, key correlation {args.key_correlation}, gate scale "
-          f"{args.gate_scale} (a chunk's decay: median {np.median(chunk_decay):.2g}); errors against the float64 recurrence")
+          f"{args.gate_scale} (a chunk's decay: median {np.median(chunk_decay):.2g}), key norm spread "
+          f"{args.key_norm_spread} (raw norms {key_norms.min():.2g} .. {key_norms.max():.2g}); errors against the float64 "
+          f"recurrence")
     print(f"{'configuration':40s} {'out max':>9s} {'out (bf16) max':>15s} {'state max':>10s} {'state mean':>11s}")
     stats = {}
     for name, forms in CONFIGURATIONS.items():
-        out, final = chunked(q, k, v, g, beta, state, scale, forms, stats)
+        if args.only not in name:
+            continue
+        out, final = chunked(q, k, v, g, beta, state, scale, forms, stats, key_norms)
         print(f"{name:40s} {np.abs(out - want_out).max():9.2e} {np.abs(to_bf16(out) - want_out).max():15.2e} "
               f"{np.abs(final - want_state).max():10.2e} {np.abs(final - want_state).mean():11.2e}")
     for name, value in stats.items():
-        print(f"{name}: {value:.3g}")
+        print(f"{name}: " + (" / ".join(f"{x:.3g}" for x in value) if isinstance(value, tuple) else f"{value:.3g}"))
     if args.split_tokens:
         # Output and state products as sm90 makes them; only where the factors come from differs.
         base = dict(output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo", inverse="tf32 merges")
