@@ -293,6 +293,73 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
   Sync::sync();
 }
 
+// merge_inverse_blocks_mma with fp16 operands (mma.sync m16n8k16, f32 accumulators): the same 11
+// significant bits as the tf32 form a k step twice as long, so half the products and half the chain;
+// fp16's range holds only entries below 65504, so it is for a normalised L (|L_rc| <= beta_r < 1 with
+// unit keys; tools/numerics/gdn_chunk_model.py --key-norm-spread shows what a scaled L' costs). Y's
+// accumulator tiles 2 s and 2 s + 1 are Z's A operand of k step s as they lie.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t packed;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <int n, int stride, typename Sync>
+__device__ __forceinline__ void merge_inverse_blocks_mma_f16(float* tmat, int tid) {
+  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
+  constexpr int kTiles = n / 8, kSteps = n / 16;  // Y's 8-column tiles; k steps of 16
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int unit = warp % 2, half = warp / 2;
+  const int pair = n == 16 ? unit : 0, m0 = n == 16 ? 0 : 16 * unit;  // Y's rows m0 .. m0 + 15
+  const int lo = 2 * n * pair, hi = lo + n;
+  const auto pair_at = [&](const float* at) {
+    const float2 x = *reinterpret_cast<const float2*>(at);
+    return pack_f16x2(x.x, x.y);
+  };
+  float y[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    // A = T_llᵀ: A[m][k] = T_ll[k][m], rows m0 + g (+ 8), k = 16 s + 2 t (+ 1) (+ 8).
+    const float* ta = tmat + (lo + 16 * s + 2 * t) * stride + lo + m0 + g;
+    const uint32_t a[4] = {pack_f16x2(ta[0], ta[stride]), pack_f16x2(ta[8], ta[stride + 8]),
+                           pack_f16x2(ta[8 * stride], ta[9 * stride]), pack_f16x2(ta[8 * stride + 8], ta[9 * stride + 8])};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {  // B = L_hlᵀ: B[k][r] = L_hl[r][k], r = 8 j + g
+      const float* lb = tmat + (hi + 8 * j + g) * stride + lo + 16 * s + 2 * t;
+      mma_f16(y[j], a, pair_at(lb), pair_at(lb + 8));
+    }
+  }
+  constexpr int kHalf = kTiles / 2;  // Z's 8-column tiles per warp
+  float z[kHalf][4];
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    z[j][0] = z[j][1] = z[j][2] = z[j][3] = 0.f;
+    const int r = 8 * (half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {  // A = Y's tiles 2 s, 2 s + 1; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
+      const uint32_t a[4] = {pack_f16x2(y[2 * s][0], y[2 * s][1]), pack_f16x2(y[2 * s][2], y[2 * s][3]),
+                             pack_f16x2(y[2 * s + 1][0], y[2 * s + 1][1]), pack_f16x2(y[2 * s + 1][2], y[2 * s + 1][3])};
+      const float* tb = tmat + (hi + r + g) * stride + hi + 16 * s + 2 * t;
+      mma_f16(z[j], a, pair_at(tb), pair_at(tb + 8));
+    }
+  }
+  Sync::sync();  // every warp's reads of L_hl are done
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    // z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)]
+    float* d = tmat + (hi + 8 * (half * kHalf + j) + 2 * t) * stride + lo + m0 + g;
+    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
+  }
+  Sync::sync();
+}
+
 // (I + L)^-1 in place for one warpgroup: the diagonal 16 x 16 blocks by forward substitution, the
 // merges on tensor cores.
 template <int stride, typename Sync, MergeProducts kProducts = MergeProducts::split_3xtf32>
