@@ -80,6 +80,63 @@ __device__ __forceinline__ void invert_diagonal_blocks(float* tmat, int tid) {
   for (int i = 0; i < 16; ++i) tmat[(base + i) * stride + base + c] = x[i];
 }
 
+// invert_diagonal_blocks for one warpgroup (128 threads), without shared loads in the chain: warp w
+// makes the 16 x 16 diagonal block w from two 8 x 8 ones and their merge, all within the warp.
+//   The 8 x 8 blocks: lane l < 16 holds row i = l % 8 of block 2 w + l / 8 (its L row loaded once, the
+//   inverse's row in registers) and solves t_i = e_i - sum_{k < i} L_ik t_k with the rows t_k of the
+//   lanes beside it by shuffles, k in order (the same terms in the same order as the column form);
+//   seven dependent steps. Lanes 16..31 repeat lanes 0..15 so that every shuffle has the whole warp.
+//   The merge: T_hl = -T_hh (L_hl T_ll), lane l taking row l / 4 and columns 2 (l % 4), + 1; Y's
+//   column comes from the lanes that made it, by shuffles.
+template <int stride>
+__device__ __forceinline__ void invert_diagonal_blocks_by_rows(float* tmat, int tid) {
+  const int warp = tid / 32, lane = tid % 32, i = lane % 8;
+  const int base = 16 * warp + 8 * ((lane % 16) / 8);
+  float* const row = tmat + (base + i) * stride + base;
+  const float4 l0 = *reinterpret_cast<const float4*>(row), l1 = *reinterpret_cast<const float4*>(row + 4);
+  const float l_row[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+  float t[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) t[j] = j == i ? 1.f : 0.f;
+  const int block_lane0 = lane & ~7;
+#pragma unroll
+  for (int k = 0; k < 7; ++k) {  // row k is final: every row below takes L_ik t_k
+#pragma unroll
+    for (int j = 0; j <= k; ++j) {
+      const float t_kj = __shfl_sync(0xffffffffu, t[j], block_lane0 + k);
+      if (i > k) t[j] = fmaf(-l_row[k], t_kj, t[j]);
+    }
+  }
+  __syncwarp();  // (each lane reads and writes only its own row)
+  if (lane < 16) {
+    *reinterpret_cast<float4*>(row) = make_float4(t[0], t[1], t[2], t[3]);
+    *reinterpret_cast<float4*>(row + 4) = make_float4(t[4], t[5], t[6], t[7]);
+  }
+  __syncwarp();  // the warp's two 8 x 8 inverses, before the merge reads them
+  const int lo = 16 * warp, hi = lo + 8, r = lane / 4, c0 = 2 * (lane % 4);
+  const float* const l_hl = tmat + (hi + r) * stride + lo;
+  const float4 a0 = *reinterpret_cast<const float4*>(l_hl), a1 = *reinterpret_cast<const float4*>(l_hl + 4);
+  const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+  float y0 = 0.f, y1 = 0.f;  // Y = L_hl T_ll, row r, columns c0, c0 + 1 (T_ll's upper zeros included)
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float2 t_ll = *reinterpret_cast<const float2*>(tmat + (lo + k) * stride + lo + c0);
+    y0 = fmaf(a[k], t_ll.x, y0), y1 = fmaf(a[k], t_ll.y, y1);
+  }
+  const float* const t_hh = tmat + (hi + r) * stride + hi;
+  const float4 h0 = *reinterpret_cast<const float4*>(t_hh), h1 = *reinterpret_cast<const float4*>(t_hh + 4);
+  const float h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+  float z0 = 0.f, z1 = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {  // Y's row k, columns c0, c0 + 1, from lane 4 k + l % 4
+    const float y_k0 = __shfl_sync(0xffffffffu, y0, 4 * k + lane % 4);
+    const float y_k1 = __shfl_sync(0xffffffffu, y1, 4 * k + lane % 4);
+    z0 = fmaf(h[k], y_k0, z0), z1 = fmaf(h[k], y_k1, z1);
+  }
+  __syncwarp();  // every lane's reads of L_hl, before T_hl overwrites it
+  *reinterpret_cast<float2*>(tmat + (hi + r) * stride + lo + c0) = make_float2(-z0, -z1);
+}
+
 // The off-diagonal block of the inverse for each pair of adjacent n x n diagonal blocks (lo, hi):
 //   T_hl = -T_hh · L_hl · T_ll, with T_ll, T_hh already inverted in `tmat` and L_hl still in place.
 // X = L_hl T_ll goes through `scratch` ([pairs][n][n] floats); the result overwrites L_hl. All

@@ -419,6 +419,13 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 #define DI_GDN_SM90_FP16_INVERSE 0
 #endif
 constexpr bool kFp16Inverse = DI_GDN_SM90_FP16_INVERSE != 0;
+// A measurement build (CMake DI_SM90_REGISTER_DIAGONAL_BLOCKS): the inverse's 16 x 16 diagonal blocks
+// made in registers and shuffles, each by one warp (invert_diagonal_blocks_by_rows), instead of by a
+// forward substitution that reads L from shared memory at every step.
+#ifndef DI_GDN_SM90_REGISTER_DIAGONAL
+#define DI_GDN_SM90_REGISTER_DIAGONAL 0
+#endif
+constexpr bool kRegisterDiagonal = DI_GDN_SM90_REGISTER_DIAGONAL != 0;
 
 // A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
 template <typename C, bool kStateOnly>
@@ -589,7 +596,10 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 5);
 
   // (I + L)^-1 (invert_unit_lower_mma, its steps stamped one by one).
-  invert_diagonal_blocks<kInvStride>(inv_s, t);
+  if constexpr (kRegisterDiagonal)
+    invert_diagonal_blocks_by_rows<kInvStride>(inv_s, t);
+  else
+    invert_diagonal_blocks<kInvStride>(inv_s, t);
   AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 6);
   if constexpr (kFp16Inverse) {
