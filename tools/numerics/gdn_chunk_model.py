@@ -287,6 +287,10 @@ SPLIT_CONFIGURATIONS = {
 }
 
 
+# The state warpgroups' products as sm90 makes them (the inverse chosen per configuration).
+SM90_PRODUCTS = dict(vnew="bf16 hi+lo, three products", output="bf16 P, bf16 hi+lo Vnew, two products",
+                     state="bf16 hi+lo")
+
 CONFIGURATIONS = {
     "sm90 at 8dc2b86": dict(vnew="bf16 hi+lo, three products", output="bf16 P, bf16 hi+lo Vnew, two products",
                             state="bf16 hi+lo"),
@@ -330,21 +334,11 @@ CONFIGURATIONS = {
     # The inverse on fp16 operands instead of tf32 ones (the same 11 bits, half the mma.sync steps at k16),
     # and FlashInfer 0.7.4's inverse (the matrix and every level in fp16, 8 x 8 blocks); everything else as
     # sm90. The ", similar system" forms invert sm90's L' = N L N^-1 of the raw keys (--key-norm-spread).
-    "sm90, the merges on fp16 operands": dict(vnew="bf16 hi+lo, three products",
-                                              output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
-                                              inverse="fp16 merges"),
-    "sm90, FlashInfer's inverse (fp16 levels)": dict(vnew="bf16 hi+lo, three products",
-                                                     output="bf16 P, bf16 hi+lo Vnew, two products",
-                                                     state="bf16 hi+lo", inverse="fp16 levels"),
-    "sm90 as built, L' of the raw keys": dict(vnew="bf16 hi+lo, three products",
-                                              output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
-                                              inverse="tf32 merges, similar system"),
-    "fp16 merges, L' of the raw keys": dict(vnew="bf16 hi+lo, three products",
-                                            output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
-                                            inverse="fp16 merges, similar system"),
-    "fp16 levels, L' of the raw keys": dict(vnew="bf16 hi+lo, three products",
-                                            output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
-                                            inverse="fp16 levels, similar system"),
+    "sm90, the merges on fp16 operands": dict(SM90_PRODUCTS, inverse="fp16 merges"),
+    "sm90, FlashInfer's inverse (fp16 levels)": dict(SM90_PRODUCTS, inverse="fp16 levels"),
+    "sm90 as built, L' of the raw keys": dict(SM90_PRODUCTS, inverse="tf32 merges, similar system"),
+    "fp16 merges, L' of the raw keys": dict(SM90_PRODUCTS, inverse="fp16 merges, similar system"),
+    "fp16 levels, L' of the raw keys": dict(SM90_PRODUCTS, inverse="fp16 levels, similar system"),
     "gate-free Tinv0 in f32, gated after": dict(vnew="bf16 hi+lo, three products",
                                                 output="bf16 P, bf16 hi+lo Vnew, two products", state="bf16 hi+lo",
                                                 inverse="gate-free, f32"),
