@@ -293,25 +293,47 @@ __device__ __forceinline__ void merge_mma(float (&c)[4], const MergeOperand<kPro
   }
 }
 
+// Where a thread of the tensor-core merges works (both operand forms below): warp w takes rows m0 ..
+// m0 + 15 of Y for n = 32 (pair w % 2 for n = 16), all its columns, and half of Z's columns (w / 2);
+// the pair's blocks start at lo and hi; g and t are the lane's row and column group in a fragment.
+template <int n>
+struct MergeLane {
+  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
+  int g, t, half, m0, lo, hi;
+  __device__ __forceinline__ explicit MergeLane(int tid) {
+    const int warp = tid / 32, lane = tid % 32, unit = warp % 2, pair = n == 16 ? unit : 0;
+    g = lane / 4, t = lane % 4, half = warp / 2, m0 = n == 16 ? 0 : 16 * unit;
+    lo = 2 * n * pair, hi = lo + n;
+  }
+};
+// The merges' last step: T_hl = -Zᵀ over L_hl, once every warp has read L_hl. z[j] holds Z's
+// 8-column tile half kHalf + j: z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)].
+template <int n, int stride, typename Sync, int kHalf>
+__device__ __forceinline__ void store_merged_block(float* tmat, const MergeLane<n>& at, const float (&z)[kHalf][4]) {
+  Sync::sync();  // every warp's reads of L_hl are done
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    float* d = tmat + (at.hi + 8 * (at.half * kHalf + j) + 2 * at.t) * stride + at.lo + at.m0 + at.g;
+    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
+  }
+  Sync::sync();
+}
+
 // merge_inverse_blocks on tensor cores (mma.sync m16n8k8, tf32 operands as kProducts says), for
 // one warpgroup (128 threads): T_hl = -T_hh L_hl T_ll for each pair of adjacent n x n diagonal
 // blocks (n = 16: two pairs; n = 32: one), computed transposed so that every operand is either read
 // from `tmat` or already in registers:
 //   Y = T_llᵀ L_hlᵀ (= (L_hl T_ll)ᵀ),  Z = Y T_hhᵀ (= -T_hlᵀ),  T_hl[r][c] = -Z[c][r].
-// Warp w takes rows 16 (w % 2) of Y for n = 32 (pair w % 2 for n = 16), all its columns, and half of
-// Z's columns (w / 2). Y's accumulators are Z's A operand as they lie: in every product the k slot
+// The warps share the work as MergeLane says. Y's accumulators are Z's A operand as they lie: in every product the k slot
 // t (t < 4) of a fragment holds contraction index 2 t and slot t + 4 index 2 t + 1 (a relabelling of
 // the sum that A and B share), which is what an accumulator's column pair (2 t, 2 t + 1) gives. The
 // upper triangles of T_ll and T_hh hold stored zeros (as the tiled FMA merge relies on), so the sums
 // run over all n terms. One sync between the reads of L_hl and the writes of T_hl over it, one after.
 template <int n, int stride, typename Sync, MergeProducts kProducts = MergeProducts::split_3xtf32>
 __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
-  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
   constexpr int kSteps = n / 8;  // Y's 8-column tiles = the k steps of both products
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int unit = warp % 2, half = warp / 2;
-  const int pair = n == 16 ? unit : 0, m0 = n == 16 ? 0 : 16 * unit;  // Y's rows m0 .. m0 + 15
-  const int lo = 2 * n * pair, hi = lo + n;
+  const MergeLane<n> at(tid);
+  const int g = at.g, t = at.t, m0 = at.m0, lo = at.lo, hi = at.hi;
   float y[kSteps][4];
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
@@ -332,7 +354,7 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
 #pragma unroll
   for (int j = 0; j < kHalf; ++j) {
     z[j][0] = z[j][1] = z[j][2] = z[j][3] = 0.f;
-    const int r = 8 * (half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
+    const int r = 8 * (at.half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {  // A = Y's tile s; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
       const float a[4] = {y[s][0], y[s][2], y[s][1], y[s][3]};
@@ -340,14 +362,7 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
       merge_mma(z[j], MergeOperand<kProducts>(a), b.x, b.y);
     }
   }
-  Sync::sync();  // every warp's reads of L_hl are done
-#pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    // z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)]
-    float* d = tmat + (hi + 8 * (half * kHalf + j) + 2 * t) * stride + lo + m0 + g;
-    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
-  }
-  Sync::sync();
+  store_merged_block<n, stride, Sync>(tmat, at, z);
 }
 
 // merge_inverse_blocks_mma with fp16 operands (mma.sync m16n8k16, f32 accumulators): the same 11
@@ -368,12 +383,9 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
 }
 template <int n, int stride, typename Sync>
 __device__ __forceinline__ void merge_inverse_blocks_mma_f16(float* tmat, int tid) {
-  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
   constexpr int kTiles = n / 8, kSteps = n / 16;  // Y's 8-column tiles; k steps of 16
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int unit = warp % 2, half = warp / 2;
-  const int pair = n == 16 ? unit : 0, m0 = n == 16 ? 0 : 16 * unit;  // Y's rows m0 .. m0 + 15
-  const int lo = 2 * n * pair, hi = lo + n;
+  const MergeLane<n> at(tid);
+  const int g = at.g, t = at.t, m0 = at.m0, lo = at.lo, hi = at.hi;
   const auto pair_at = [&](const float* at) {
     const float2 x = *reinterpret_cast<const float2*>(at);
     return pack_f16x2(x.x, x.y);
@@ -398,7 +410,7 @@ __device__ __forceinline__ void merge_inverse_blocks_mma_f16(float* tmat, int ti
 #pragma unroll
   for (int j = 0; j < kHalf; ++j) {
     z[j][0] = z[j][1] = z[j][2] = z[j][3] = 0.f;
-    const int r = 8 * (half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
+    const int r = 8 * (at.half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {  // A = Y's tiles 2 s, 2 s + 1; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
       const uint32_t a[4] = {pack_f16x2(y[2 * s][0], y[2 * s][1]), pack_f16x2(y[2 * s][2], y[2 * s][3]),
@@ -407,14 +419,7 @@ __device__ __forceinline__ void merge_inverse_blocks_mma_f16(float* tmat, int ti
       mma_f16(z[j], a, pair_at(tb), pair_at(tb + 8));
     }
   }
-  Sync::sync();  // every warp's reads of L_hl are done
-#pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    // z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)]
-    float* d = tmat + (hi + 8 * (half * kHalf + j) + 2 * t) * stride + lo + m0 + g;
-    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
-  }
-  Sync::sync();
+  store_merged_block<n, stride, Sync>(tmat, at, z);
 }
 
 // (I + L)^-1 in place for one warpgroup: the diagonal 16 x 16 blocks by forward substitution, the
