@@ -80,63 +80,6 @@ __device__ __forceinline__ void invert_diagonal_blocks(float* tmat, int tid) {
   for (int i = 0; i < 16; ++i) tmat[(base + i) * stride + base + c] = x[i];
 }
 
-// invert_diagonal_blocks for one warpgroup (128 threads), without shared loads in the chain: warp w
-// makes the 16 x 16 diagonal block w from two 8 x 8 ones and their merge, all within the warp.
-//   The 8 x 8 blocks: lane l < 16 holds row i = l % 8 of block 2 w + l / 8 (its L row loaded once, the
-//   inverse's row in registers) and solves t_i = e_i - sum_{k < i} L_ik t_k with the rows t_k of the
-//   lanes beside it by shuffles, k in order (the same terms in the same order as the column form);
-//   seven dependent steps. Lanes 16..31 repeat lanes 0..15 so that every shuffle has the whole warp.
-//   The merge: T_hl = -T_hh (L_hl T_ll), lane l taking row l / 4 and columns 2 (l % 4), + 1; Y's
-//   column comes from the lanes that made it, by shuffles.
-template <int stride>
-__device__ __forceinline__ void invert_diagonal_blocks_by_rows(float* tmat, int tid) {
-  const int warp = tid / 32, lane = tid % 32, i = lane % 8;
-  const int base = 16 * warp + 8 * ((lane % 16) / 8);
-  float* const row = tmat + (base + i) * stride + base;
-  const float4 l0 = *reinterpret_cast<const float4*>(row), l1 = *reinterpret_cast<const float4*>(row + 4);
-  const float l_row[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-  float t[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) t[j] = j == i ? 1.f : 0.f;
-  const int block_lane0 = lane & ~7;
-#pragma unroll
-  for (int k = 0; k < 7; ++k) {  // row k is final: every row below takes L_ik t_k
-#pragma unroll
-    for (int j = 0; j <= k; ++j) {
-      const float t_kj = __shfl_sync(0xffffffffu, t[j], block_lane0 + k);
-      if (i > k) t[j] = fmaf(-l_row[k], t_kj, t[j]);
-    }
-  }
-  __syncwarp();  // (each lane reads and writes only its own row)
-  if (lane < 16) {
-    *reinterpret_cast<float4*>(row) = make_float4(t[0], t[1], t[2], t[3]);
-    *reinterpret_cast<float4*>(row + 4) = make_float4(t[4], t[5], t[6], t[7]);
-  }
-  __syncwarp();  // the warp's two 8 x 8 inverses, before the merge reads them
-  const int lo = 16 * warp, hi = lo + 8, r = lane / 4, c0 = 2 * (lane % 4);
-  const float* const l_hl = tmat + (hi + r) * stride + lo;
-  const float4 a0 = *reinterpret_cast<const float4*>(l_hl), a1 = *reinterpret_cast<const float4*>(l_hl + 4);
-  const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-  float y0 = 0.f, y1 = 0.f;  // Y = L_hl T_ll, row r, columns c0, c0 + 1 (T_ll's upper zeros included)
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float2 t_ll = *reinterpret_cast<const float2*>(tmat + (lo + k) * stride + lo + c0);
-    y0 = fmaf(a[k], t_ll.x, y0), y1 = fmaf(a[k], t_ll.y, y1);
-  }
-  const float* const t_hh = tmat + (hi + r) * stride + hi;
-  const float4 h0 = *reinterpret_cast<const float4*>(t_hh), h1 = *reinterpret_cast<const float4*>(t_hh + 4);
-  const float h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-  float z0 = 0.f, z1 = 0.f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {  // Y's row k, columns c0, c0 + 1, from lane 4 k + l % 4
-    const float y_k0 = __shfl_sync(0xffffffffu, y0, 4 * k + lane % 4);
-    const float y_k1 = __shfl_sync(0xffffffffu, y1, 4 * k + lane % 4);
-    z0 = fmaf(h[k], y_k0, z0), z1 = fmaf(h[k], y_k1, z1);
-  }
-  __syncwarp();  // every lane's reads of L_hl, before T_hl overwrites it
-  *reinterpret_cast<float2*>(tmat + (hi + r) * stride + lo + c0) = make_float2(-z0, -z1);
-}
-
 // The off-diagonal block of the inverse for each pair of adjacent n x n diagonal blocks (lo, hi):
 //   T_hl = -T_hh · L_hl · T_ll, with T_ll, T_hh already inverted in `tmat` and L_hl still in place.
 // X = L_hl T_ll goes through `scratch` ([pairs][n][n] floats); the result overwrites L_hl. All
@@ -293,47 +236,25 @@ __device__ __forceinline__ void merge_mma(float (&c)[4], const MergeOperand<kPro
   }
 }
 
-// Where a thread of the tensor-core merges works (both operand forms below): warp w takes rows m0 ..
-// m0 + 15 of Y for n = 32 (pair w % 2 for n = 16), all its columns, and half of Z's columns (w / 2);
-// the pair's blocks start at lo and hi; g and t are the lane's row and column group in a fragment.
-template <int n>
-struct MergeLane {
-  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
-  int g, t, half, m0, lo, hi;
-  __device__ __forceinline__ explicit MergeLane(int tid) {
-    const int warp = tid / 32, lane = tid % 32, unit = warp % 2, pair = n == 16 ? unit : 0;
-    g = lane / 4, t = lane % 4, half = warp / 2, m0 = n == 16 ? 0 : 16 * unit;
-    lo = 2 * n * pair, hi = lo + n;
-  }
-};
-// The merges' last step: T_hl = -Zᵀ over L_hl, once every warp has read L_hl. z[j] holds Z's
-// 8-column tile half kHalf + j: z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)].
-template <int n, int stride, typename Sync, int kHalf>
-__device__ __forceinline__ void store_merged_block(float* tmat, const MergeLane<n>& at, const float (&z)[kHalf][4]) {
-  Sync::sync();  // every warp's reads of L_hl are done
-#pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    float* d = tmat + (at.hi + 8 * (at.half * kHalf + j) + 2 * at.t) * stride + at.lo + at.m0 + at.g;
-    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
-  }
-  Sync::sync();
-}
-
 // merge_inverse_blocks on tensor cores (mma.sync m16n8k8, tf32 operands as kProducts says), for
 // one warpgroup (128 threads): T_hl = -T_hh L_hl T_ll for each pair of adjacent n x n diagonal
 // blocks (n = 16: two pairs; n = 32: one), computed transposed so that every operand is either read
 // from `tmat` or already in registers:
 //   Y = T_llᵀ L_hlᵀ (= (L_hl T_ll)ᵀ),  Z = Y T_hhᵀ (= -T_hlᵀ),  T_hl[r][c] = -Z[c][r].
-// The warps share the work as MergeLane says. Y's accumulators are Z's A operand as they lie: in every product the k slot
+// Warp w takes rows 16 (w % 2) of Y for n = 32 (pair w % 2 for n = 16), all its columns, and half of
+// Z's columns (w / 2). Y's accumulators are Z's A operand as they lie: in every product the k slot
 // t (t < 4) of a fragment holds contraction index 2 t and slot t + 4 index 2 t + 1 (a relabelling of
 // the sum that A and B share), which is what an accumulator's column pair (2 t, 2 t + 1) gives. The
 // upper triangles of T_ll and T_hh hold stored zeros (as the tiled FMA merge relies on), so the sums
 // run over all n terms. One sync between the reads of L_hl and the writes of T_hl over it, one after.
 template <int n, int stride, typename Sync, MergeProducts kProducts = MergeProducts::split_3xtf32>
 __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
+  static_assert(n == 16 || n == 32, "two pairs of 16, or one of 32");
   constexpr int kSteps = n / 8;  // Y's 8-column tiles = the k steps of both products
-  const MergeLane<n> at(tid);
-  const int g = at.g, t = at.t, m0 = at.m0, lo = at.lo, hi = at.hi;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int unit = warp % 2, half = warp / 2;
+  const int pair = n == 16 ? unit : 0, m0 = n == 16 ? 0 : 16 * unit;  // Y's rows m0 .. m0 + 15
+  const int lo = 2 * n * pair, hi = lo + n;
   float y[kSteps][4];
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
@@ -354,7 +275,7 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
 #pragma unroll
   for (int j = 0; j < kHalf; ++j) {
     z[j][0] = z[j][1] = z[j][2] = z[j][3] = 0.f;
-    const int r = 8 * (at.half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
+    const int r = 8 * (half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {  // A = Y's tile s; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
       const float a[4] = {y[s][0], y[s][2], y[s][1], y[s][3]};
@@ -362,64 +283,14 @@ __device__ __forceinline__ void merge_inverse_blocks_mma(float* tmat, int tid) {
       merge_mma(z[j], MergeOperand<kProducts>(a), b.x, b.y);
     }
   }
-  store_merged_block<n, stride, Sync>(tmat, at, z);
-}
-
-// merge_inverse_blocks_mma with fp16 operands (mma.sync m16n8k16, f32 accumulators): the same 11
-// significant bits as the tf32 form a k step twice as long, so half the products and half the chain;
-// fp16's range holds only entries below 65504, so it is for a normalised L (|L_rc| <= beta_r < 1 with
-// unit keys; tools/numerics/gdn_chunk_model.py --key-norm-spread shows what a scaled L' costs). Y's
-// accumulator tiles 2 s and 2 s + 1 are Z's A operand of k step s as they lie.
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-  uint32_t packed;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
-  return packed;
-}
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <int n, int stride, typename Sync>
-__device__ __forceinline__ void merge_inverse_blocks_mma_f16(float* tmat, int tid) {
-  constexpr int kTiles = n / 8, kSteps = n / 16;  // Y's 8-column tiles; k steps of 16
-  const MergeLane<n> at(tid);
-  const int g = at.g, t = at.t, m0 = at.m0, lo = at.lo, hi = at.hi;
-  const auto pair_at = [&](const float* at) {
-    const float2 x = *reinterpret_cast<const float2*>(at);
-    return pack_f16x2(x.x, x.y);
-  };
-  float y[kTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    // A = T_llᵀ: A[m][k] = T_ll[k][m], rows m0 + g (+ 8), k = 16 s + 2 t (+ 1) (+ 8).
-    const float* ta = tmat + (lo + 16 * s + 2 * t) * stride + lo + m0 + g;
-    const uint32_t a[4] = {pack_f16x2(ta[0], ta[stride]), pack_f16x2(ta[8], ta[stride + 8]),
-                           pack_f16x2(ta[8 * stride], ta[9 * stride]), pack_f16x2(ta[8 * stride + 8], ta[9 * stride + 8])};
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {  // B = L_hlᵀ: B[k][r] = L_hl[r][k], r = 8 j + g
-      const float* lb = tmat + (hi + 8 * j + g) * stride + lo + 16 * s + 2 * t;
-      mma_f16(y[j], a, pair_at(lb), pair_at(lb + 8));
-    }
-  }
-  constexpr int kHalf = kTiles / 2;  // Z's 8-column tiles per warp
-  float z[kHalf][4];
+  Sync::sync();  // every warp's reads of L_hl are done
 #pragma unroll
   for (int j = 0; j < kHalf; ++j) {
-    z[j][0] = z[j][1] = z[j][2] = z[j][3] = 0.f;
-    const int r = 8 * (at.half * kHalf + j);  // Z's columns r .. r + 7: rows of T_hh, of T_hl
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {  // A = Y's tiles 2 s, 2 s + 1; B = T_hhᵀ: B[k][r'] = T_hh[r'][k]
-      const uint32_t a[4] = {pack_f16x2(y[2 * s][0], y[2 * s][1]), pack_f16x2(y[2 * s][2], y[2 * s][3]),
-                             pack_f16x2(y[2 * s + 1][0], y[2 * s + 1][1]), pack_f16x2(y[2 * s + 1][2], y[2 * s + 1][3])};
-      const float* tb = tmat + (hi + r + g) * stride + hi + 16 * s + 2 * t;
-      mma_f16(z[j], a, pair_at(tb), pair_at(tb + 8));
-    }
+    // z[j] = Z[m0 + g (+ 8)][r + 2 t (+ 1)] = -T_hl[r + 2 t (+ 1)][m0 + g (+ 8)]
+    float* d = tmat + (hi + 8 * (half * kHalf + j) + 2 * t) * stride + lo + m0 + g;
+    d[0] = -z[j][0], d[stride] = -z[j][1], d[8] = -z[j][2], d[stride + 8] = -z[j][3];
   }
-  store_merged_block<n, stride, Sync>(tmat, at, z);
+  Sync::sync();
 }
 
 // (I + L)^-1 in place for one warpgroup: the diagonal 16 x 16 blocks by forward substitution, the

@@ -411,22 +411,6 @@ __device__ __forceinline__ void load_chunk_async(const di_gdn_prefill_args& args
 // An auxiliary warpgroup's part of a chunk whose inputs are in (t = its thread index 0..127): the
 // gates; the Gram products, and the inverse norms while they run; P (scale folded in) as an operand;
 // (I + L')^-1 in f32 in the stage; Tinv' as hi + lo operands over it. Ends with the stage's writes fenced for wgmma.
-// A measurement build (CMake DI_SM90_FP16_INVERSE): the inverse's merges on fp16 operands (half the
-// mma.sync steps of the tf32 form), which needs the normalised L = diag(beta) N A N rather than L' (a
-// column factor 1 / |k_c| in P and L's epilogue); the result is taken back to Tinv' = N Tinv N^-1 as
-// it becomes the state warpgroups' operands.
-#ifndef DI_GDN_SM90_FP16_INVERSE
-#define DI_GDN_SM90_FP16_INVERSE 0
-#endif
-constexpr bool kFp16Inverse = DI_GDN_SM90_FP16_INVERSE != 0;
-// A measurement build (CMake DI_SM90_REGISTER_DIAGONAL_BLOCKS): the inverse's 16 x 16 diagonal blocks
-// made in registers and shuffles, each by one warp (invert_diagonal_blocks_by_rows), instead of by a
-// forward substitution that reads L from shared memory at every step.
-#ifndef DI_GDN_SM90_REGISTER_DIAGONAL
-#define DI_GDN_SM90_REGISTER_DIAGONAL 0
-#endif
-constexpr bool kRegisterDiagonal = DI_GDN_SM90_REGISTER_DIAGONAL != 0;
-
 // A state-only launch (kStateOnly: no output) skips everything of Q: its norms, Q Kᵀ and P.
 template <typename C, bool kStateOnly>
 __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, const Stage<C>& st, int len, int t,
@@ -526,8 +510,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
         if (frag.lane % 4 == 0) st.k_inv[frag.row0 + 8 * h] = k_inv_row[h];  // for the state warpgroups
       }
     }
-    // warp 0's gates (and with kFp16Inverse every row's 1 / |k|), before every warp reads them for P and L
-    if constexpr (kGramFirst || kFp16Inverse) AuxSync::sync();
+    if constexpr (kGramFirst) AuxSync::sync();  // warp 0's gates, before every warp reads them for P and L
     stamp(t == 0, kTimelineAuxGroup, chunk, 4);
     // With N = diag(1 / |k|), L = diag(beta) N A N for A = Gamma ⊙ K Kᵀ (strictly lower), and
     // (I + L)^-1 = N^-1 (I + L')^-1 N with L' = diag(beta / |k|^2) A: row factors alone. The state
@@ -547,7 +530,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
     for (int h = 0; h < 2; ++h) {
       const int r = frag.row0 + 8 * h;
       G_row[h] = st.G[r], p_row[h] = kStateOnly ? 0.f : args.scale * q_inv_row[h];
-      l_row[h] = st.beta[r] * (kFp16Inverse ? k_inv_row[h] : k_inv_row[h] * k_inv_row[h]);
+      l_row[h] = st.beta[r] * (k_inv_row[h] * k_inv_row[h]);
     }
     // In whole-head CTAs, where this warpgroup is the chunk's critical path, the next column group's
     // G is read before this group's stores: the compiler cannot tell those stores from these loads,
@@ -569,8 +552,6 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
       } else {
         G_col = column_G(j);
       }
-      float2 k_inv_col = make_float2(1.f, 1.f);  // L's column factor, in the normalised form only
-      if constexpr (kFp16Inverse) k_inv_col = *reinterpret_cast<const float2*>(st.k_inv + c);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = frag.row0 + 8 * h, i = 4 * j + 2 * h;
@@ -579,8 +560,7 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
           const int cc = c + e;
           const float decay = kernels::fast_exp2(fminf(G_row[h] - (e ? G_col.y : G_col.x), 0.f) * kernels::kLog2e);
           p[h][e] = cc <= r ? p_row[h] * decay * qk[i + e] : 0.f;
-          const float l_factor = kFp16Inverse ? l_row[h] * (e ? k_inv_col.y : k_inv_col.x) : l_row[h];
-          l[h][e] = cc < r ? l_factor * decay * kk[i + e] : 0.f;
+          l[h][e] = cc < r ? l_row[h] * decay * kk[i + e] : 0.f;
         }
       }
 #pragma unroll
@@ -596,21 +576,12 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
   stamp(t == 0, kTimelineAuxGroup, chunk, 5);
 
   // (I + L)^-1 (invert_unit_lower_mma, its steps stamped one by one).
-  if constexpr (kRegisterDiagonal)
-    invert_diagonal_blocks_by_rows<kInvStride>(inv_s, t);
-  else
-    invert_diagonal_blocks<kInvStride>(inv_s, t);
+  invert_diagonal_blocks<kInvStride>(inv_s, t);
   AuxSync::sync();
   stamp(t == 0, kTimelineAuxGroup, chunk, 6);
-  if constexpr (kFp16Inverse) {
-    merge_inverse_blocks_mma_f16<16, kInvStride, AuxSync>(inv_s, t);
-    stamp(t == 0, kTimelineAuxGroup, chunk, 7);
-    merge_inverse_blocks_mma_f16<32, kInvStride, AuxSync>(inv_s, t);
-  } else {
-    merge_inverse_blocks_mma<16, kInvStride, AuxSync, MergeProducts::tf32>(inv_s, t);
-    stamp(t == 0, kTimelineAuxGroup, chunk, 7);
-    merge_inverse_blocks_mma<32, kInvStride, AuxSync, MergeProducts::tf32>(inv_s, t);
-  }
+  merge_inverse_blocks_mma<16, kInvStride, AuxSync, MergeProducts::tf32>(inv_s, t);
+  stamp(t == 0, kTimelineAuxGroup, chunk, 7);
+  merge_inverse_blocks_mma<32, kInvStride, AuxSync, MergeProducts::tf32>(inv_s, t);
   stamp(t == 0, kTimelineAuxGroup, chunk, 8);
   // Tinv = hi + lo in bf16, as operands [i][j], over the f32 inverse (read whole first): thread t
   // converts columns 8 ((t / 8) % 8) .. + 7 of rows t % 8 + 8 (t / 64) + 16 e, so that each store
@@ -626,21 +597,6 @@ __device__ __forceinline__ void prepare_chunk(const di_gdn_prefill_args& args, c
       x[e][0] = *reinterpret_cast<const float4*>(src), x[e][1] = *reinterpret_cast<const float4*>(src + 4);
     }
     AuxSync::sync();  // every read of the f32 inverse is done before its bytes become operands
-    if constexpr (kFp16Inverse) {  // Tinv' = N Tinv N^-1: Tinv'[r][c] = Tinv[r][c] (1 / |k_r|) |k_c|
-      const float4 kc0 = *reinterpret_cast<const float4*>(st.k_inv + c), kc1 = *reinterpret_cast<const float4*>(st.k_inv + c + 4);
-      const auto rcp = [](float x) {  // |k| from 1 / |k| (the hardware's reciprocal: a rounding like the others here)
-        float y;
-        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-        return y;
-      };
-      const float norm[8] = {rcp(kc0.x), rcp(kc0.y), rcp(kc0.z), rcp(kc0.w), rcp(kc1.x), rcp(kc1.y), rcp(kc1.z), rcp(kc1.w)};
-#pragma unroll
-      for (int e = 0; e < kChunk / 16; ++e) {
-        const float kr = st.k_inv[r0 + 16 * e];
-        x[e][0].x *= kr * norm[0], x[e][0].y *= kr * norm[1], x[e][0].z *= kr * norm[2], x[e][0].w *= kr * norm[3];
-        x[e][1].x *= kr * norm[4], x[e][1].y *= kr * norm[5], x[e][1].z *= kr * norm[6], x[e][1].w *= kr * norm[7];
-      }
-    }
 #pragma unroll
     for (int e = 0; e < kChunk / 16; ++e) {
       uint32_t hi[4], lo[4];
